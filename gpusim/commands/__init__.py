@@ -1,0 +1,1 @@
+"""Command groups of the ``gpusim`` command line; each module has ``register(subparsers)``."""

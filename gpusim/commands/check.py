@@ -1,0 +1,45 @@
+"""``gpusim check FILE...``: validate hardware and workload descriptions (exit 0 or 2)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from gpusim.config import load_hardware
+from gpusim.config.loader import read_yaml
+from gpusim.errors import GpusimError
+
+HARDWARE_KINDS = ("gpu", "cpu", "system")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("check", help="validate hardware and workload files",
+                       description="Validate hardware and workload descriptions. Exit 0 if all are valid, 2 otherwise.",
+                       epilog="Example: gpusim check hwconfigs/*.yaml workloads/*.yaml")
+    p.add_argument("files", metavar="FILE", nargs="+")
+    p.set_defaults(func=cmd_check)
+
+
+def check_file(path: str) -> str:
+    """Validate one file; returns what it is ('gpu', 'cpu', 'system' or 'workload'). Raises GpusimError."""
+    data = read_yaml(path)
+    if "kind" in data or not ("ops" in data or "model" in data):
+        load_hardware(path)
+        return str(data["kind"])
+    from gpusim.workload import load_workload
+
+    load_workload(path)
+    return "workload"
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    failed = 0
+    for path in args.files:
+        try:
+            what = check_file(path)
+        except GpusimError as exc:
+            print(f"gpusim: {exc}", file=sys.stderr)
+            failed += 1
+        else:
+            print(f"ok  {path} ({what})")
+    return 2 if failed else 0

@@ -1,0 +1,152 @@
+"""Built-in descriptions and name resolution, and loading of hardware descriptions.
+
+A user names hardware by the stem of a built-in file (``h100_sxm5_80gb``) or by a path. Built-in
+files live in ``hwconfigs/`` and ``workloads/`` at the top of the source tree; an installed wheel
+carries copies under ``gpusim/_builtin/``.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from gpusim.config.hardware import DESCRIPTION_CLASSES, HardwareDescription
+from gpusim.config.loader import SET_SOURCE, apply_overrides, deep_merge, parse_set_items, read_yaml, validate
+from gpusim.errors import ConfigError
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def builtin_dir(kind: str) -> Path:
+    """The folder of built-in ``hwconfigs`` or ``workloads`` (installed copy first, then the source tree)."""
+    for candidate in (_PACKAGE_DIR / "_builtin" / kind, _PACKAGE_DIR.parent / kind):
+        if candidate.is_dir():
+            return candidate
+    raise ConfigError(kind, "", "built-in folder not found; is gpusim installed correctly?")
+
+
+def builtin_files(kind: str) -> dict[str, Path]:
+    """Map of stem -> path of every built-in YAML file of ``kind`` (searched recursively)."""
+    files: dict[str, Path] = {}
+    for path in sorted(builtin_dir(kind).rglob("*.yaml")):
+        files.setdefault(path.stem, path)
+    return files
+
+
+def resolve(name_or_path: str | Path, kind: str, relative_to: Path | None = None) -> Path:
+    """A path for a built-in stem or a file path (tried relative to ``relative_to`` first)."""
+    text = str(name_or_path)
+    candidates = []
+    if relative_to is not None:
+        candidates.append(relative_to / text)
+    candidates.append(Path(text))
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    looks_like_path = "/" in text or text.endswith((".yaml", ".yml"))
+    stem = Path(text).stem if text.endswith((".yaml", ".yml")) and "/" not in text else text
+    files = builtin_files(kind)
+    if stem in files and not ("/" in text):
+        return files[stem]
+    if looks_like_path:
+        raise ConfigError(text, "", "file not found")
+    close = [n for n in files if n.startswith(text)][:3] or difflib.get_close_matches(text, list(files), n=1, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(close)}?" if close else f"; see `gpusim {'hw' if kind == 'hwconfigs' else 'workload'} list`"
+    raise ConfigError(text, "", f"no such file or built-in name{hint}")
+
+
+def display_path(path: Path, kind: str) -> str:
+    """How error messages name a file: ``hwconfigs/x.yaml`` for built-ins, the given path otherwise."""
+    root = builtin_dir(kind)
+    resolved = path.resolve()
+    if resolved.is_relative_to(root.resolve()):
+        return f"{kind}/{resolved.relative_to(root.resolve())}"
+    return str(path)
+
+
+def _load_raw(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Read a description and fold in its ``extends:`` chain (overlay wins)."""
+    path = path.resolve()
+    if path in chain:
+        raise ConfigError(str(chain[0]), "extends", f"cycle through {path.name}")
+    data = read_yaml(path)
+    parent_ref = data.pop("extends", None)
+    if parent_ref is None:
+        return data
+    if not isinstance(parent_ref, str):
+        raise ConfigError(str(path), "extends", "must be a built-in name or a file path")
+    try:
+        parent_path = resolve(parent_ref, "hwconfigs", relative_to=path.parent)
+    except ConfigError as exc:
+        raise ConfigError(str(path), "extends", exc.message) from None
+    parent = _load_raw(parent_path, chain + (path,))
+    # The child's own identity wins; sources merge key by key.
+    return deep_merge(parent, data)
+
+
+def _embed(data: dict[str, Any], key: str, body_key: str, source: Path) -> None:
+    """Replace a system's ``gpu: name`` / ``host_cpu: name`` reference by that description's body."""
+    ref = data.get(key)
+    if not isinstance(ref, str):
+        return
+    try:
+        ref_path = resolve(ref, "hwconfigs", relative_to=source.parent)
+    except ConfigError as exc:
+        raise ConfigError(str(source), key, exc.message) from None
+    ref_data = _load_raw(ref_path)
+    if ref_data.get("kind") != body_key or not isinstance(ref_data.get(body_key), dict):
+        raise ConfigError(str(source), key, f"{ref!r} is not a {body_key} description")
+    data[key] = ref_data[body_key]
+    sources = data.setdefault("sources", {})
+    if isinstance(sources, dict):
+        for k, v in (ref_data.get("sources") or {}).items():
+            sources.setdefault(f"{key}.{k.removeprefix(body_key + '.')}", v)
+
+
+def _check_sources(data: dict[str, Any], source: str) -> None:
+    """Every ``sources:`` key must name a key path that exists (so citations cannot go stale)."""
+    sources = data.get("sources")
+    if not isinstance(sources, dict):
+        return
+    for key in sources:
+        node: Any = data
+        for part in str(key).split("."):
+            if not isinstance(node, dict) or part not in node:
+                raise ConfigError(source, f"sources.{key}", "cites a key that is not in this description")
+            node = node[part]
+
+
+def load_hardware(name_or_path: str | Path, overrides: Sequence[tuple[str, Any]] | Iterable[str] = ()
+                  ) -> HardwareDescription:
+    """Load, overlay and validate a hardware description. ``overrides`` are ``KEY.PATH=VALUE`` strings
+    or parsed ``(key, value)`` pairs."""
+    parsed = [o if isinstance(o, tuple) else None for o in overrides]
+    pairs: list[tuple[str, Any]] = (
+        parsed if all(p is not None for p in parsed) else parse_set_items(o for o in overrides)  # type: ignore[misc]
+    )
+    path = resolve(name_or_path, "hwconfigs")
+    source = display_path(path, "hwconfigs")
+    data = _load_raw(path)
+    kind = data.get("kind")
+    if kind not in DESCRIPTION_CLASSES:
+        if kind is None:
+            raise ConfigError(source, "kind", "missing required key (gpu, cpu or system)")
+        raise ConfigError(source, "kind", f"must be one of gpu, cpu, system (got {kind!r})")
+    if "schema_version" not in data:
+        raise ConfigError(source, "schema_version", "missing required key (this gpusim reads schema_version: 1)")
+    if data["schema_version"] != 1:
+        raise ConfigError(source, "schema_version", f"unsupported version {data['schema_version']!r}; this gpusim reads 1")
+    if kind == "system":
+        _embed(data, "gpu", "gpu", path)
+        _embed(data, "host_cpu", "cpu", path)
+    _check_sources(data, source)
+    for key, _ in pairs:
+        if key.split(".")[0] in ("kind", "schema_version"):
+            raise ConfigError(SET_SOURCE, key, "cannot be overridden")
+    data = apply_overrides(data, pairs)
+    return validate(DESCRIPTION_CLASSES[kind], data, source, pairs)
+
+
+def list_hardware() -> list[tuple[str, Path]]:
+    return sorted(builtin_files("hwconfigs").items())

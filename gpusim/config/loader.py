@@ -1,0 +1,214 @@
+"""Reading YAML descriptions: safe loading, ``extends:`` overlays, ``--set`` overrides, one-line errors.
+
+These helpers are shared by hardware and workload descriptions. Everything that goes wrong becomes a
+:class:`~gpusim.errors.ConfigError` naming the file and the key path.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from gpusim.config.types import FIELD_MARK
+from gpusim.errors import ConfigError
+
+SET_SOURCE = "--set"
+
+
+# ------------------------------------------------------------------------------------ reading
+
+
+def read_yaml(path: Path | str) -> dict[str, Any]:
+    """Load one YAML file as a mapping with ``yaml.safe_load``; every failure is a ConfigError."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(source, "", "file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(source, "", "is a directory, not a file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(source, "", "not a UTF-8 text file") from None
+    except OSError as exc:
+        raise ConfigError(source, "", f"cannot read: {exc.strerror}") from None
+    return parse_yaml(text, source)
+
+
+def parse_yaml(text: str, source: str) -> dict[str, Any]:
+    if not text.strip():
+        raise ConfigError(source, "", "file is empty")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.constructor.ConstructorError as exc:
+        line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
+        tag = exc.problem.split("tag")[-1].strip(" '") if exc.problem else ""
+        raise ConfigError(source, "", f"line {line}: YAML tag {tag!r} is not allowed (plain data only)") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError(source, "", f"YAML syntax error at {where}{problem}") from None
+    if data is None:
+        raise ConfigError(source, "", "file is empty")
+    if not isinstance(data, dict):
+        raise ConfigError(source, "", f"top level must be a mapping of keys, got {type(data).__name__}")
+    for key in data:
+        if not isinstance(key, str):
+            raise ConfigError(source, str(key), "keys must be text")
+    return data
+
+
+def deep_merge(base: Mapping[str, Any], overlay: Mapping[str, Any]) -> dict[str, Any]:
+    """Overlay wins; mappings merge recursively; ``null`` in the overlay removes the key."""
+    out = copy.deepcopy(dict(base))
+    for key, value in overlay.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# ------------------------------------------------------------------------------------ --set
+
+
+def parse_set_items(items: Iterable[str]) -> list[tuple[str, Any]]:
+    """Parse ``KEY.PATH=VALUE`` strings; VALUE is read as a YAML scalar (``128``, ``3.35 TB/s``, ``true``)."""
+    out: list[tuple[str, Any]] = []
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(SET_SOURCE, item, "expected KEY.PATH=VALUE")
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        if not key or any(not part for part in key.split(".")):
+            raise ConfigError(SET_SOURCE, key or item, "empty key path")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (dict, list)):
+            raise ConfigError(SET_SOURCE, key, "value must be a single number, quantity or word")
+        out.append((key, value))
+    return out
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(data))
+    for key, value in overrides:
+        parts = key.split(".")
+        node: Any = out
+        for depth, part in enumerate(parts[:-1]):
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise ConfigError(SET_SOURCE, ".".join(parts[: depth + 1]), "is a value, not a section")
+            node = child
+        node[parts[-1]] = value
+    return out
+
+
+# ------------------------------------------------------------------------------------ validation
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """The model classes an annotation can hold (through Optional, Annotated, dict values, lists)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        return [c for arg in typing.get_args(annotation) for c in _unwrap(arg)]
+    if origin in (list, tuple, dict):
+        args = typing.get_args(annotation)
+        return _unwrap(args[-1]) if args else []
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return []
+
+
+def _field_names_at(model: type[BaseModel], loc: Sequence[Any]) -> list[str]:
+    classes: list[Any] = [model]
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        nxt: list[Any] = []
+        for cls in classes:
+            field = cls.model_fields.get(part)
+            if field is not None:
+                nxt.extend(_unwrap(field.annotation))
+        if not nxt:
+            # a tagged union member name (e.g. op kind) rather than a field
+            nxt = [c for c in classes]
+            continue
+        classes = nxt
+    names: list[str] = []
+    for cls in classes:
+        names.extend(n for n in cls.model_fields if n not in names)
+    return names
+
+
+def _describe_input(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def validation_message(model: type[BaseModel], error: Mapping[str, Any]) -> tuple[str, str]:
+    """(key path, message) for one pydantic error dict."""
+    loc = [p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
+    kind = error["type"]
+    msg = str(error.get("msg", ""))
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if msg.startswith("Assertion failed, "):
+        msg = msg[len("Assertion failed, "):]
+    if msg.startswith(FIELD_MARK):
+        field, _, msg = msg[len(FIELD_MARK):].partition("|")
+        loc = loc + [field]
+    path = ".".join(str(p) for p in loc)
+    if kind == "extra_forbidden":
+        names = _field_names_at(model, loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else (f"; expected one of: {', '.join(names)}" if names else "")
+        return path, f"unknown key{hint}"
+    if kind == "missing":
+        return path, "missing required key"
+    if kind in ("literal_error", "enum"):
+        return path, f"{msg[0].lower() + msg[1:]} (got {_describe_input(error.get('input'))})"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        unit_note = " in SI units" if isinstance(error.get("input"), str) else ""
+        return path, f"{msg[0].lower() + msg[1:]}{unit_note} (got {_describe_input(error.get('input'))})"
+    if kind in ("model_type", "dict_type"):
+        return path, f"expected a mapping of keys, got {_describe_input(error.get('input'))}"
+    if kind in ("int_type", "int_parsing", "int_from_float", "float_type", "float_parsing", "bool_type",
+                "bool_parsing", "string_type", "list_type"):
+        return path, f"{msg[0].lower() + msg[1:]} (got {_describe_input(error.get('input'))})"
+    return path, msg[0].lower() + msg[1:] if msg else kind
+
+
+def validate(model: type[BaseModel], data: Mapping[str, Any], source: str,
+             overrides: Sequence[tuple[str, Any]] = ()) -> Any:
+    """Validate ``data`` as ``model``; the first problem becomes a one-line ConfigError.
+
+    A problem at (or below) a key that came from ``--set`` is reported against ``--set``.
+    """
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        # Report the most specific error first: deeper key paths say more than a whole-section complaint.
+        first = errors[0]
+        path, message = validation_message(model, first)
+        for key, _ in overrides:
+            if path == key or path.startswith(key + ".") or key.startswith(path + ".") and path:
+                raise ConfigError(SET_SOURCE, path, message) from None
+        raise ConfigError(source, path, message) from None
