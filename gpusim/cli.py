@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "gpusim.commands.check",
     "gpusim.commands.workload",
     "gpusim.commands.run",
+    "gpusim.commands.accuracy",
 )
 
 

@@ -108,6 +108,9 @@ class SmSpec(Spec):
     max_shared_bytes: Bytes
     """Largest shared-memory carve-out of that pool per SM."""
     max_shared_bytes_per_cta: Bytes
+    max_cluster_size: Optional[count(le=64)] = None
+    """Largest thread-block cluster whose CTAs share loads by multicast (Hopper: 8 portable); absent
+    means the architecture has no clusters."""
     shared_carveout_bytes: Optional[Bytes] = None
     """A fixed shared-memory carve-out; absent means chosen per kernel as the CUDA driver does."""
     num_fp32_lanes: count(ge=0, le=1 << 14)
@@ -329,6 +332,9 @@ class CpuCoreSpec(Spec):
     """FLOP per cycle per core on the SIMD units (an FMA is 2 FLOP)."""
     matrix_flop_per_cycle: Optional[DtypeRates] = None
     """FLOP per cycle per core on a matrix unit (Intel AMX), per dtype."""
+    max_bytes_in_flight: Optional[Bytes] = None
+    """Outstanding memory bytes one core sustains (L2 miss queue entries x 64-byte lines); the
+    engine needs it to apply Little's law to a CPU."""
 
     @model_validator(mode="after")
     def _fp32_matches_simd(self) -> "CpuCoreSpec":

@@ -1,0 +1,271 @@
+"""Simulated vs measured: simulate every measured case and report the error honestly.
+
+Each case of the published dataset (``measurements/published/kernels.csv``) is simulated the way it
+was measured: a library GEMM is the fastest tile configuration the mapper finds; a stream or
+elementwise kernel is the framework launch shape; a loop of back-to-back ``torch.mm`` calls pays the
+eager launch gaps. Beside every simulated value the report gives a plain roofline (peak FLOP/s and
+DRAM bandwidth from the description, no calibration), so the gain of the simulation over it shows.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+from typing import Iterable
+
+from gpusim.config.derived import matrix_peak_flop_per_s, vector_peak_flop_per_s
+from gpusim.config.hardware import DTYPE_BYTES
+from gpusim.config.library import builtin_files, load_hardware
+from gpusim.engine.kernel import simulate_kernel
+from gpusim.engine.machine import Calibration, Machine, machine_of
+from gpusim.engine.simulate import transfer_time_s
+from gpusim.mapping import best_gemm
+from gpusim.mapping.streaming import elementwise_launch, row_launch, streaming_plan
+
+STREAM_ARRAY_BYTES = 2**30
+"""Array size for stream cases that do not state one (large enough that L2 plays no role)."""
+
+STREAM_KERNELS = {  # variant -> (arrays read, arrays written)
+    "init": (0, 1), "read": (1, 0), "scale": (1, 1), "copy": (1, 1), "triad": (2, 1), "add": (2, 1),
+}
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case_id: str
+    gpu: str
+    op: str
+    metric: str
+    measured: float
+    simulated: float
+    roofline: float | None
+    source: str
+    note: str = ""
+
+    @property
+    def signed_error_fraction(self) -> float:
+        """(simulated - measured) / measured, in the case's own metric."""
+        return (self.simulated - self.measured) / self.measured
+
+    @property
+    def roofline_error_fraction(self) -> float | None:
+        if self.roofline is None:
+            return None
+        return (self.roofline - self.measured) / self.measured
+
+
+@dataclass(frozen=True)
+class Skipped:
+    case_id: str
+    gpu: str
+    reason: str
+
+
+def _value(case, metric: str) -> float | None:
+    return getattr(case, f"measured_{metric}", None)
+
+
+def _eager_loop_s(machine: Machine, kernel_s: float) -> float:
+    """One iteration of a back-to-back loop of eager launches."""
+    return max(kernel_s + machine.graph_kernel_launch_s, machine.kernel_launch_s)
+
+
+def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
+    """(simulated time or latency in seconds, roofline time in seconds or None) of one case."""
+    op = case.op
+    if op == "matmul":
+        batch = case.batch or 1
+        flop = 2.0 * case.m * case.n * case.k * batch
+        plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, batch, case.dtype, flop)
+        t = simulate_kernel(plan, machine).time_s
+        if case.timing_method == "loop_with_launch_gaps":
+            t = _eager_loop_s(machine, t)
+        eb = DTYPE_BYTES[case.dtype]
+        peak = matrix_peak_flop_per_s(device, case.dtype, fp32_accumulate=True) \
+            or vector_peak_flop_per_s(device, case.dtype)
+        min_bytes = (case.m * case.k + case.k * case.n + case.m * case.n) * eb * batch
+        roof = max(flop / peak, min_bytes / device.dram.bandwidth_bytes_per_s) if peak else None
+        return t, roof
+    if op in ("elementwise", "stream", "softmax", "layernorm", "rmsnorm"):
+        plan, moved = _memory_plan(case, machine)
+        t = simulate_kernel(plan, machine).time_s
+        return t, moved / device.dram.bandwidth_bytes_per_s
+    if op == "l2_bandwidth":
+        return _l2_case(case, machine), None
+    if op == "l1_bandwidth":
+        per_s = machine.l1_bytes_per_s_per_unit * machine.num_units
+        return case.working_set_bytes / per_s if case.working_set_bytes else 1.0 / per_s, None
+    if op == "pointer_chase":
+        return _chase_latency_s(case.working_set_bytes, machine, device), None
+    if op in ("memcpy_h2d", "memcpy_d2h"):
+        return transfer_time_s(machine, case.num_bytes), None
+    raise ValueError(f"no simulation for op {op!r}")
+
+
+def _memory_plan(case, machine: Machine):
+    dtype = case.dtype or "fp32"
+    eb = DTYPE_BYTES[dtype]
+    if case.op == "stream":
+        reads, writes = STREAM_KERNELS[case.variant]
+        n = (case.num_bytes or STREAM_ARRAY_BYTES) // 8
+        threads = 1024
+        # gpu-benches: 1024-thread blocks; occupancy set by how many blocks fit (a shared-memory spoiler).
+        occupancy = case.occupancy_fraction or 1.0
+        resident_threads = max(machine.warp_size, int(occupancy * machine.max_threads_per_unit))
+        threads = min(threads, resident_threads)
+        ctas = math.ceil(n / threads)
+        plan = streaming_plan(machine, f"stream_{case.variant}", "stream", "fp64", bytes_read=reads * n * 8.0,
+                              bytes_written=writes * n * 8.0, flop=float(n), sfu_ops=0.0, num_ctas=ctas,
+                              threads_per_cta=threads, bytes_in_flight_per_thread=8.0 * max(1, reads))
+        slots_wanted = max(1, resident_threads // threads)
+        if plan.ctas_per_unit > slots_wanted:
+            slots = slots_wanted * machine.num_units
+            waves = tuple(min(slots, ctas - i * slots) * (reads + writes) * 8.0 * threads
+                          for i in range(math.ceil(ctas / slots)))
+            plan = replace(plan, ctas_per_unit=slots_wanted, wave_dram_bytes=waves, occupancy_limiter="occupancy_spoiler")
+        return plan, (reads + writes) * n * 8.0
+    if case.op == "elementwise":
+        n = case.num_elements
+        inputs = 2 if case.variant in ("add", "mul", "silu_mul") else 1
+        ctas, threads, in_flight = elementwise_launch(machine, n, dtype, inputs)
+        moved = (inputs + 1) * n * eb
+        sfu = float(n) if case.variant in ("silu_mul", "gelu", "silu") else 0.0
+        return streaming_plan(machine, case.variant or "elementwise", "elementwise", dtype, bytes_read=inputs * n * eb,
+                              bytes_written=n * eb, flop=float(n), sfu_ops=sfu, num_ctas=ctas,
+                              threads_per_cta=threads, bytes_in_flight_per_thread=in_flight), moved
+    rows, cols = case.rows, case.cols
+    ctas, threads, in_flight = row_launch(machine, rows, cols, dtype)
+    moved = 2.0 * rows * cols * eb
+    sfu = float(rows) * cols if case.op == "softmax" else 0.0
+    reread = 2.0 if case.op == "softmax" else 1.0
+    return streaming_plan(machine, case.op, case.op, dtype, bytes_read=rows * cols * eb, bytes_written=rows * cols * eb,
+                          flop=4.0 * rows * cols, sfu_ops=sfu, num_ctas=ctas, threads_per_cta=threads,
+                          bytes_in_flight_per_thread=in_flight, l2_reread_fraction=reread), moved
+
+
+def _l2_case(case, machine: Machine) -> float:
+    """Seconds per byte read when every SM repeatedly reads a buffer of ``working_set_bytes``:
+    L2-resident buffers stream at L2 bandwidth, larger ones miss in proportion (random replacement)."""
+    w = case.working_set_bytes
+    hit = 1.0 if w <= machine.l2_capacity_bytes else machine.l2_capacity_bytes / w
+    l2 = machine.l2_achievable_bytes_per_s
+    dram = machine.dram_achievable_bytes_per_s
+    per_byte = max(1.0 / l2, (1.0 - hit) / dram)
+    return per_byte
+
+
+def _chase_latency_s(working_set: float, machine: Machine, device) -> float:
+    if working_set <= machine.l1_capacity_bytes:
+        return machine.l1_latency_s
+    if machine.kind == "gpu":
+        l2 = device.l2
+        if working_set <= l2.capacity_bytes / l2.num_partitions:
+            return l2.near_latency_s
+        if working_set <= l2.capacity_bytes:
+            return l2.far_latency_s
+    elif working_set <= machine.l2_capacity_bytes:
+        return machine.l2_latency_s
+    return machine.dram_latency_s
+
+
+def _to_metric(case, seconds: float) -> float:
+    """Convert a simulated time into the case's metric."""
+    metric = case.metric
+    if metric in ("time_s", "latency_s"):
+        return seconds
+    if metric == "flop_per_s":
+        return 2.0 * case.m * case.n * case.k * (case.batch or 1) / seconds
+    if metric == "bytes_per_s":
+        if case.op == "l2_bandwidth":
+            return 1.0 / seconds
+        if case.op == "l1_bandwidth":
+            return (case.working_set_bytes or 1.0) / seconds
+        if case.op in ("memcpy_h2d", "memcpy_d2h"):
+            return case.num_bytes / seconds
+        return _moved_bytes(case) / seconds
+    raise ValueError(f"unknown metric {metric!r}")
+
+
+def _moved_bytes(case) -> float:
+    dtype = case.dtype or "fp32"
+    eb = DTYPE_BYTES[dtype]
+    if case.op == "stream":
+        reads, writes = STREAM_KERNELS[case.variant]
+        n = (case.num_bytes or STREAM_ARRAY_BYTES) // 8
+        return (reads + writes) * n * 8.0
+    if case.op == "elementwise":
+        inputs = 2 if case.variant in ("add", "mul", "silu_mul") else 1
+        return (inputs + 1) * case.num_elements * eb
+    return 2.0 * case.rows * case.cols * eb
+
+
+def run_accuracy(cases: Iterable, calibrated: bool = True, include_excluded: bool = False
+                 ) -> tuple[list[CaseResult], list[Skipped]]:
+    known = builtin_files("hwconfigs")
+    machines: dict[str, tuple[Machine, object]] = {}
+    results: list[CaseResult] = []
+    skipped: list[Skipped] = []
+    for case in cases:
+        if case.excluded and not include_excluded:
+            skipped.append(Skipped(case.case_id, case.gpu, "excluded by the dataset (flagged source)"))
+            continue
+        if case.gpu not in known:
+            skipped.append(Skipped(case.case_id, case.gpu, "no hardware description"))
+            continue
+        if case.gpu not in machines:
+            desc = load_hardware(case.gpu)
+            machine = machine_of(desc)
+            if not calibrated:
+                machine = replace(machine, calibration=Calibration())
+            machines[case.gpu] = (machine, desc.gpu if desc.kind != "cpu" else desc.cpu)
+        machine, device = machines[case.gpu]
+        measured = _value(case, case.metric)
+        try:
+            seconds, roof_s = simulate_case(case, machine, device)
+        except Exception as exc:  # a case the model cannot express is reported, not hidden
+            skipped.append(Skipped(case.case_id, case.gpu, f"cannot simulate: {exc}"))
+            continue
+        simulated = _to_metric(case, seconds)
+        roofline = _to_metric(case, roof_s) if roof_s else None
+        results.append(CaseResult(case.case_id, case.gpu, case.op, case.metric, measured, simulated, roofline,
+                                  case.source))
+    return results, skipped
+
+
+@dataclass(frozen=True)
+class Summary:
+    group: str
+    num_cases: int
+    mape_fraction: float
+    within_10_fraction: float
+    within_25_fraction: float
+    worst_case: str
+    worst_error_fraction: float
+    roofline_mape_fraction: float | None
+
+
+def summarize(results: list[CaseResult], key=lambda r: "all") -> list[Summary]:
+    groups: dict[str, list[CaseResult]] = {}
+    for r in results:
+        groups.setdefault(key(r), []).append(r)
+    out = []
+    for group, rows in sorted(groups.items()):
+        errors = [abs(r.signed_error_fraction) for r in rows]
+        worst = max(rows, key=lambda r: abs(r.signed_error_fraction))
+        roof = [abs(e) for r in rows if (e := r.roofline_error_fraction) is not None]
+        out.append(Summary(group, len(rows), statistics.fmean(errors),
+                           sum(e <= 0.10 for e in errors) / len(errors), sum(e <= 0.25 for e in errors) / len(errors),
+                           worst.case_id, worst.signed_error_fraction, statistics.fmean(roof) if roof else None))
+    return out
+
+
+def op_group(r: CaseResult) -> str:
+    if r.op == "matmul":
+        return "gemm"
+    if r.op in ("elementwise", "stream", "softmax", "layernorm", "rmsnorm", "l2_bandwidth", "l1_bandwidth",
+                "memcpy_h2d", "memcpy_d2h"):
+        return "memory-bound"
+    if r.op == "pointer_chase":
+        return "latency"
+    return r.op

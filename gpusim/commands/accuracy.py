@@ -1,0 +1,89 @@
+"""``gpusim accuracy``: simulate every measured case and report signed error, MAPE and worst cases."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpusim.accuracy import op_group, run_accuracy, summarize
+from gpusim.results.export import write_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("accuracy", help="simulated vs measured: per-case error, MAPE, worst cases",
+                       description="Simulate every measured case and compare. Also prints the error of a plain "
+                                   "roofline (datasheet peak FLOP/s and DRAM bandwidth) for the same cases.",
+                       epilog="Example: gpusim accuracy --reference published --worst 15")
+    p.add_argument("--reference", choices=("published",), default="published",
+                   help="which reference set to score (default: published measurements)")
+    p.add_argument("--measurements", metavar="PATH", action="append", default=[],
+                   help="a kernels CSV in the published format (repeatable); default: the built-in dataset")
+    p.add_argument("--uncalibrated", action="store_true", help="ignore calibration blocks (pure datasheet physics)")
+    p.add_argument("--include-excluded", action="store_true", help="also score rows the dataset flags as unreliable")
+    p.add_argument("--gpu", action="append", default=[], help="only these hardware stems")
+    p.add_argument("--op", action="append", default=[], help="only these op kinds (matmul, stream, ...)")
+    p.add_argument("--cases", action="store_true", help="print every case, not only the worst")
+    p.add_argument("--worst", type=int, default=10, metavar="N", help="how many worst cases to print (default 10)")
+    p.add_argument("--json", metavar="PATH", help="write per-case results and summaries as JSON (- for stdout)")
+    p.set_defaults(func=cmd_accuracy)
+
+
+def _load_cases(paths: list[str]):
+    from gpusim.measurements import load_kernel_cases
+
+    if not paths:
+        return list(load_kernel_cases())
+    cases = []
+    for path in paths:
+        cases.extend(load_kernel_cases(path))
+    return cases
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def cmd_accuracy(args: argparse.Namespace) -> int:
+    cases = _load_cases(args.measurements)
+    if args.gpu:
+        cases = [c for c in cases if c.gpu in args.gpu]
+    if args.op:
+        cases = [c for c in cases if c.op in args.op]
+    results, skipped = run_accuracy(cases, calibrated=not args.uncalibrated, include_excluded=args.include_excluded)
+    by_kind = summarize(results, op_group)
+    by_gpu = summarize(results, lambda r: r.gpu)
+    by_op = summarize(results, lambda r: f"{r.gpu}/{r.op}")
+    overall = summarize(results)
+    if args.json:
+        write_json({
+            "cases": [{"case_id": r.case_id, "gpu": r.gpu, "op": r.op, "metric": r.metric, "measured": r.measured,
+                       "simulated": r.simulated, "signed_error_fraction": r.signed_error_fraction,
+                       "roofline": r.roofline, "roofline_error_fraction": r.roofline_error_fraction,
+                       "source": r.source} for r in results],
+            "skipped": [s.__dict__ for s in skipped],
+            "summary": {s.group: s.__dict__ for s in overall + by_kind},
+            "by_gpu": {s.group: s.__dict__ for s in by_gpu},
+        }, args.json)
+        if args.json == "-":
+            return 0
+    rows = sorted(results, key=lambda r: abs(r.signed_error_fraction), reverse=True)
+    shown = rows if args.cases else rows[: args.worst]
+    print(f"{'case':<44} {'metric':<11} {'measured':>11} {'simulated':>11} {'error':>8} {'roofline':>9}")
+    for r in shown:
+        print(f"{r.case_id[:44]:<44} {r.metric:<11} {r.measured:11.4g} {r.simulated:11.4g} "
+              f"{_pct(r.signed_error_fraction):>8} {_pct(r.roofline_error_fraction):>9}")
+    print()
+    header = f"{'group':<34} {'cases':>5} {'MAPE':>7} {'<=10%':>6} {'<=25%':>6} {'worst':>8}  {'roofline MAPE':>13}"
+    for title, summaries in (("by op kind", overall + by_kind), ("by GPU", by_gpu), ("by GPU and op", by_op)):
+        print(f"{title}:")
+        print(header)
+        for s in summaries:
+            roof = "-" if s.roofline_mape_fraction is None else f"{s.roofline_mape_fraction:.1%}"
+            print(f"{s.group[:34]:<34} {s.num_cases:5d} {s.mape_fraction:7.1%} {s.within_10_fraction:6.0%} "
+                  f"{s.within_25_fraction:6.0%} {_pct(s.worst_error_fraction):>8}  {roof:>13}")
+        print()
+    if skipped:
+        reasons: dict[str, int] = {}
+        for s in skipped:
+            reasons[s.reason] = reasons.get(s.reason, 0) + 1
+        print("skipped: " + "; ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())))
+    return 0

@@ -1,0 +1,82 @@
+"""``gpusim run HW WORKLOAD``: simulate a workload on a hardware description."""
+
+from __future__ import annotations
+
+import argparse
+
+from gpusim.commands.hw import add_set_argument
+from gpusim.config import load_hardware
+from gpusim.config.loader import SET_SOURCE, parse_set_items
+from gpusim.engine.simulate import simulate
+from gpusim.errors import ConfigError
+from gpusim.results.export import write_json, write_trace
+from gpusim.units import format_quantity
+
+HARDWARE_ROOTS = ("gpu", "cpu", "num_nodes", "num_gpus_per_node", "intra_node", "inter_node", "host_cpu",
+                  "num_cpus_per_node", "name", "description")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="simulate a workload on hardware",
+                       description="Simulate WORKLOAD on HW. Both are built-in names or YAML paths. "
+                                   "--set applies to the hardware (gpu.*, cpu.*, num_nodes, ...) or the "
+                                   "workload (batch_size, config.num_layers, ops.0.m, ...).",
+                       epilog="Example: gpusim run h100_sxm5_80gb gemm_8192_bf16 --json - --trace gemm.trace.json")
+    p.add_argument("hardware", metavar="HW")
+    p.add_argument("workload", metavar="WORKLOAD")
+    add_set_argument(p)
+    p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH (- for stdout)")
+    p.add_argument("--trace", metavar="PATH", help="write a Chrome/Perfetto trace (open in ui.perfetto.dev)")
+    p.add_argument("--launch", choices=("eager", "graph"), default="eager",
+                   help="eager kernel launches or CUDA-graph replay (default eager)")
+    p.add_argument("--unified-memory", action="store_true",
+                   help="page a working set larger than device memory over the host link")
+    p.set_defaults(func=cmd_run)
+
+
+def split_overrides(items: list[str]) -> tuple[list[tuple[str, object]], list[tuple[str, object]]]:
+    hw, wl = [], []
+    for key, value in parse_set_items(items):
+        (hw if key.split(".")[0] in HARDWARE_ROOTS else wl).append((key, value))
+    return hw, wl
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gpusim.workload import load_workload
+
+    hw_overrides, wl_overrides = split_overrides(args.overrides)
+    hardware = load_hardware(args.hardware, hw_overrides)
+    workload = load_workload(args.workload, [f"{k}={v}" for k, v in wl_overrides])
+    result = simulate(hardware, workload, launch_mode=args.launch, unified_memory=args.unified_memory,
+                      record_spans=bool(args.trace))
+    if args.trace:
+        write_trace(result, args.trace)
+    if args.json:
+        write_json(result.to_dict(), args.json)
+        if args.json == "-":
+            return 0
+    print_summary(result)
+    return 0
+
+
+def print_summary(result) -> None:
+    print(f"{result.workload} on {result.hardware}: {format_quantity(result.total_time_s, 's')}"
+          f"  ({len(result.kernels)} kernels, {result.num_unique_kernels} distinct, launch {result.launch_mode})")
+    if result.step_time_s is not None:
+        line = f"  step {format_quantity(result.step_time_s, 's')}, {result.samples_per_s:,.1f} samples/s"
+        if result.tokens_per_s:
+            line += f", {result.tokens_per_s:,.0f} tokens/s"
+        line += f", MFU {result.mfu_fraction:.1%}"
+        print(line)
+    print(f"  memory {result.peak_memory_bytes / 2**30:.2f} GiB of {result.memory_capacity_bytes / 2**30:.0f} GiB"
+          f" ({'fits' if result.fits_in_memory else 'DOES NOT FIT'})")
+    for w in result.warnings:
+        print(f"  warning: {w}")
+    total = sum(result.time_breakdown_s.values()) or 1.0
+    parts = ", ".join(f"{k} {v / total:.0%}" for k, v in result.time_breakdown_s.items() if v > 0)
+    print(f"  time by bound: {parts}")
+    top = sorted(result.kernels, key=lambda k: k.time_s, reverse=True)[:8]
+    print(f"  {'kernel':<44} {'time':>10} {'TFLOP/s':>8} {'GB/s':>7} {'L2 hit':>6} bound")
+    for k in top:
+        print(f"  {k.name[:44]:<44} {format_quantity(k.time_s, 's'):>10} {k.achieved_flop_per_s / 1e12:8.1f} "
+              f"{(k.dram_bytes / k.time_s / 1e9 if k.time_s else 0):7.0f} {k.l2_hit_fraction:6.0%} {k.bound}")

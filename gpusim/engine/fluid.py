@@ -1,0 +1,129 @@
+"""Shared bandwidth as fluid flows in SimPy.
+
+A flow is a group of ``count`` identical activities (CTAs of one wave, a DMA copy, a link transfer)
+that each must complete ``work`` units of progress. Per unit of progress each member moves
+``demands[resource]`` bytes through shared resources (DRAM, L2, host link, ...), and a member can
+progress at most at ``max_rate`` (its own compute or latency limit). Rates are weighted max-min fair:
+all flows scale up together in proportion to their ``max_rate`` until a resource saturates; flows on
+that resource are frozen there and the rest continue. Rates change only when a flow starts or ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+_EPS = 1e-12
+
+
+@dataclass(eq=False)
+class Flow:
+    count: float
+    work: float
+    demands: dict[str, float]
+    max_rate: float
+    label: str
+    done: simpy.Event
+    remaining: float = 0.0
+    rate: float = 0.0
+    limiter: str = "max_rate"
+    limiter_time_s: dict[str, float] = field(default_factory=dict)
+
+
+class FluidSystem:
+    def __init__(self, env: simpy.Environment, capacities: dict[str, float]) -> None:
+        self.env = env
+        self.capacities = dict(capacities)
+        self.flows: list[Flow] = []
+        self.busy_bytes: dict[str, float] = {k: 0.0 for k in capacities}
+        self._last = env.now
+        self._changed = env.event()
+        env.process(self._run())
+
+    # -------------------------------------------------------------------------------- API
+    def add_flow(self, count: float, work: float, demands: dict[str, float], max_rate: float,
+                 label: str = "") -> Flow:
+        """Start a flow now; ``flow.done`` fires when it has completed its work."""
+        self._advance()
+        flow = Flow(count=count, work=work, demands={k: v for k, v in demands.items() if v > 0},
+                    max_rate=max_rate, label=label, done=self.env.event(), remaining=work)
+        for k in flow.demands:
+            if k not in self.capacities:
+                raise KeyError(f"unknown resource {k!r}")
+        self.flows.append(flow)
+        self._recompute()
+        if not self._changed.triggered:
+            self._changed.succeed()
+        return flow
+
+    def utilization(self, resource: str, elapsed_s: float) -> float:
+        if elapsed_s <= 0:
+            return 0.0
+        return self.busy_bytes[resource] / (self.capacities[resource] * elapsed_s)
+
+    # -------------------------------------------------------------------------------- internals
+    def _advance(self) -> None:
+        dt = self.env.now - self._last
+        self._last = self.env.now
+        if dt <= 0:
+            return
+        for f in self.flows:
+            progress = f.rate * dt
+            f.remaining -= progress
+            f.limiter_time_s[f.limiter] = f.limiter_time_s.get(f.limiter, 0.0) + dt
+            for k, d in f.demands.items():
+                self.busy_bytes[k] += progress * d * f.count
+
+    def _recompute(self) -> None:
+        active = [f for f in self.flows]
+        free = dict(self.capacities)
+        lam = {id(f): 0.0 for f in active}
+        unfrozen = list(active)
+        for f in active:
+            f.limiter = "max_rate"
+        while unfrozen:
+            # largest common scale (fraction of each flow's max_rate) every resource allows
+            best_scale, bottleneck = 1.0, None
+            for res, cap in free.items():
+                use = sum(f.max_rate * f.count * f.demands.get(res, 0.0) for f in unfrozen)
+                if use > _EPS:
+                    scale = max(0.0, cap) / use
+                    if scale < best_scale:
+                        best_scale, bottleneck = scale, res
+            if bottleneck is None:
+                for f in unfrozen:
+                    lam[id(f)] = 1.0
+                break
+            frozen = [f for f in unfrozen if f.demands.get(bottleneck, 0.0) > 0]
+            for f in frozen:
+                lam[id(f)] = best_scale
+                f.limiter = bottleneck
+                for res in free:
+                    free[res] -= best_scale * f.max_rate * f.count * f.demands.get(res, 0.0)
+            unfrozen = [f for f in unfrozen if f not in frozen]
+        for f in active:
+            f.rate = lam[id(f)] * f.max_rate
+
+    def _run(self):
+        while True:
+            if not self.flows:
+                if self._changed.triggered:
+                    self._changed = self.env.event()
+                yield self._changed
+                continue
+            horizon = min((f.remaining / f.rate) if f.rate > 0 else float("inf") for f in self.flows)
+            if self._changed.triggered:
+                self._changed = self.env.event()
+            if horizon == float("inf"):
+                yield self._changed
+                continue
+            yield self.env.timeout(max(horizon, 0.0)) | self._changed
+            self._advance()
+            finished = [f for f in self.flows if f.remaining <= f.work * 1e-9 + _EPS]
+            if finished:
+                self.flows = [f for f in self.flows if f not in finished]
+                self._recompute()
+                for f in finished:
+                    f.remaining = 0.0
+                    f.done.succeed(f)

@@ -1,0 +1,199 @@
+"""One kernel on one device: CTAs issued in waves by the CTA scheduler, each wave a fluid flow.
+
+Per CTA, the model has
+* compute time: FLOP on its pipe at the SM's rate shared by the CTAs on the busiest SM (and limited
+  by how many warps the CTAs give the SM's schedulers), plus transcendental ops on the SFUs;
+* memory: bytes through L2 (all loads and stores) and the wave's DRAM bytes (L2 misses and writes)
+  shared with every other active CTA as fluid flows;
+* latency: a CTA can keep only ``bytes_in_flight`` outstanding, so its request rate is at most
+  bytes_in_flight / average latency (Little's law); and every wave of a GEMM-like kernel first waits
+  one DRAM latency to fill its pipeline (streaming kernels pay it once).
+Software pipelining overlaps a CTA's loads with its math, so a CTA progresses at the slowest of these
+rates; the wave ends when its CTAs end, and the next wave starts (wave quantization and tails emerge).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import simpy
+
+from gpusim.engine.fluid import FluidSystem
+from gpusim.engine.machine import Machine
+
+if TYPE_CHECKING:
+    from gpusim.mapping.plan import KernelPlan
+
+
+@dataclass(frozen=True)
+class CtaProfile:
+    count: int
+    compute_s: float
+    l2_bytes: float
+    dram_bytes: float
+    latency_cap_rate: float
+    """Max progress per second allowed by Little's law (1 / seconds per CTA)."""
+
+    @property
+    def max_rate(self) -> float:
+        rate = 1.0 / self.compute_s if self.compute_s > 0 else math.inf
+        return min(rate, self.latency_cap_rate)
+
+    @property
+    def own_limiter(self) -> str:
+        compute_rate = 1.0 / self.compute_s if self.compute_s > 0 else math.inf
+        return "compute" if compute_rate <= self.latency_cap_rate else "latency"
+
+
+def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_cta: float) -> CtaProfile:
+    per_busiest_unit = max(1, math.ceil(count / machine.num_units))
+    per_busiest_unit = min(per_busiest_unit, plan.ctas_per_unit)
+    warps = math.ceil(plan.threads_per_cta / machine.warp_size)
+    issue_share = min(1.0, per_busiest_unit * warps / machine.num_schedulers_per_unit)
+    if plan.pipe == "matrix":
+        unit_rate = machine.matrix_rate_per_unit(plan.dtype) or 0.0
+    elif plan.pipe == "vector":
+        unit_rate = machine.vector_rate_per_unit(plan.dtype) or 0.0
+    else:
+        unit_rate = math.inf
+    cta_rate = unit_rate * issue_share / per_busiest_unit
+    compute_s = plan.flop_per_cta / cta_rate if plan.flop_per_cta > 0 else 0.0
+    if plan.sfu_ops_per_cta > 0:
+        sfu_rate = machine.sfu_ops_per_cycle * machine.unit_clock_hz * issue_share / per_busiest_unit
+        compute_s += plan.sfu_ops_per_cta / sfu_rate
+    l2_bytes = plan.l2_bytes_per_cta
+    hit = 0.0 if l2_bytes <= 0 else max(0.0, min(1.0, 1.0 - dram_bytes_per_cta / l2_bytes))
+    latency = hit * machine.l2_latency_s + (1.0 - hit) * machine.dram_latency_s
+    in_flight = plan.bytes_in_flight_per_cta
+    if machine.max_bytes_in_flight_per_unit is not None:
+        in_flight = min(in_flight, machine.max_bytes_in_flight_per_unit / per_busiest_unit)
+    traffic = max(l2_bytes, dram_bytes_per_cta)
+    latency_cap = (in_flight / latency) / traffic if traffic > 0 and in_flight > 0 else math.inf
+    return CtaProfile(count=count, compute_s=compute_s, l2_bytes=l2_bytes, dram_bytes=dram_bytes_per_cta,
+                      latency_cap_rate=latency_cap)
+
+
+@dataclass(frozen=True)
+class WaveGroup:
+    """Consecutive waves simulated as one flow (identical full waves of a streaming kernel)."""
+
+    first_wave: int
+    num_waves: int
+    count: int
+    dram_bytes_per_cta: float
+    prologue_s: float
+
+
+def wave_groups(plan: KernelPlan, machine: Machine) -> list[WaveGroup]:
+    slots = plan.ctas_per_unit * machine.num_units
+    groups: list[WaveGroup] = []
+    remaining = plan.grid
+    i = 0
+    waves = plan.wave_dram_bytes
+    while i < len(waves):
+        count = min(slots, remaining)
+        run = 1
+        if not plan.prologue_per_wave:
+            while (i + run < len(waves) and remaining - run * slots >= slots
+                   and abs(waves[i + run] - waves[i]) <= 1e-9 * max(1.0, waves[i])):
+                run += 1
+        prologue = machine.dram_latency_s if (plan.prologue_per_wave or i == 0) else 0.0
+        dram_per_cta = sum(waves[i:i + run]) / (count * run)
+        groups.append(WaveGroup(i, run, count, dram_per_cta, prologue))
+        remaining -= count * run
+        i += run
+    return groups
+
+
+def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
+    """Closed-form time of a kernel running alone (the same physics as the DES, no event loop).
+
+    Used to rank tile candidates; :func:`simulate_kernel` gives the simulated time."""
+    total = 0.0
+    dram_bw = machine.dram_achievable_bytes_per_s
+    l2_bw = machine.l2_achievable_bytes_per_s
+    for g in wave_groups(plan, machine):
+        p = cta_profile(plan, machine, g.count, g.dram_bytes_per_cta)
+        rate = p.max_rate
+        if p.dram_bytes > 0:
+            rate = min(rate, dram_bw / (g.count * p.dram_bytes))
+        if p.l2_bytes > 0:
+            rate = min(rate, l2_bw / (g.count * p.l2_bytes))
+        total += g.prologue_s + (g.num_waves / rate if rate > 0 else math.inf)
+    return total
+
+
+@dataclass(frozen=True)
+class WaveSpan:
+    start_s: float
+    end_s: float
+    num_ctas: int
+    num_waves: int
+    limiter: str
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    time_s: float
+    bound: str
+    """compute | memory | latency (launch is decided by the timeline)."""
+    dram_bytes: float
+    l2_bytes: float
+    dram_utilization_fraction: float
+    spans: tuple[WaveSpan, ...]
+    limiter_time_s: tuple[tuple[str, float], ...]
+
+
+def _classify(limiter_time: dict[str, float], prologue_s: float) -> str:
+    buckets = {"compute": 0.0, "memory": 0.0, "latency": prologue_s}
+    for limiter, t in limiter_time.items():
+        if limiter == "compute":
+            buckets["compute"] += t
+        elif limiter == "latency":
+            buckets["latency"] += t
+        else:
+            buckets["memory"] += t
+    return max(buckets, key=lambda k: buckets[k])
+
+
+def simulate_kernel(plan: KernelPlan, machine: Machine) -> KernelTiming:
+    """Run one kernel alone on the device in a SimPy environment of its own."""
+    env = simpy.Environment()
+    fluid = FluidSystem(env, {"dram": machine.dram_achievable_bytes_per_s, "l2": machine.l2_achievable_bytes_per_s})
+    spans: list[WaveSpan] = []
+    limiter_time: dict[str, float] = {}
+    prologue_total = 0.0
+
+    def run():
+        nonlocal prologue_total
+        for g in wave_groups(plan, machine):
+            if g.prologue_s > 0:
+                prologue_total += g.prologue_s
+                yield env.timeout(g.prologue_s)
+            p = cta_profile(plan, machine, g.count, g.dram_bytes_per_cta)
+            start = env.now
+            flow = fluid.add_flow(count=g.count, work=float(g.num_waves),
+                                  demands={"dram": p.dram_bytes, "l2": p.l2_bytes},
+                                  max_rate=p.max_rate, label=f"wave{g.first_wave}")
+            yield flow.done
+            own = p.own_limiter
+            for k, t in flow.limiter_time_s.items():
+                key = own if k == "max_rate" else k
+                limiter_time[key] = limiter_time.get(key, 0.0) + t
+            main = max(flow.limiter_time_s, key=lambda k: flow.limiter_time_s[k]) if flow.limiter_time_s else own
+            spans.append(WaveSpan(start, env.now, g.count, g.num_waves, own if main == "max_rate" else main))
+
+    env.process(run())
+    env.run()
+    elapsed = env.now
+    return KernelTiming(
+        time_s=elapsed,
+        bound=_classify(limiter_time, prologue_total),
+        dram_bytes=plan.dram_bytes,
+        l2_bytes=plan.l2_bytes,
+        dram_utilization_fraction=(plan.dram_bytes / (machine.dram_bandwidth_bytes_per_s * elapsed)) if elapsed > 0 else 0.0,
+        spans=tuple(spans),
+        limiter_time_s=tuple(sorted(limiter_time.items())),
+    )

@@ -1,0 +1,221 @@
+"""One flat view of a compute device (GPU or CPU) for the mapper and the engine.
+
+A CPU is described in the same vocabulary as a GPU: cores are the "units" CTAs run on (one CTA per
+core), SIMD FMA units are the vector pipe, AMX tiles are the matrix pipe, the shared last-level cache
+plays the role of L2, and DDR channels are DRAM. Calibration factors (fitted, labelled, with their
+source) are applied here and nowhere else; without a ``calibration:`` block they are 1 (pure physics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpusim.config.hardware import Cpu, Gpu
+from gpusim.errors import SimulationError
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Fitted efficiency factors (1.0 = uncalibrated datasheet physics)."""
+
+    tensor_efficiency_fraction: float = 1.0
+    vector_efficiency_fraction: float = 1.0
+    dram_bandwidth_fraction: float = 1.0
+    l2_bandwidth_fraction: float = 1.0
+    host_link_fraction: float = 1.0
+    peer_link_fraction: float = 1.0
+    source: str = "uncalibrated (datasheet values)"
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    kind: str  # "gpu" | "cpu"
+    num_units: int
+    unit_clock_hz: float
+    matrix_clock_hz: float
+    vector_flop_per_cycle: dict[str, float] = field(hash=False)
+    matrix_flop_per_cycle: dict[str, float] = field(hash=False)
+    matrix_fp32_acc_flop_per_cycle: dict[str, float] = field(hash=False)
+    sparsity_speedup: float
+    # occupancy limits per unit
+    num_schedulers_per_unit: int
+    sfu_ops_per_cycle: float
+    warp_size: int
+    max_threads_per_unit: int
+    max_warps_per_unit: int
+    max_ctas_per_unit: int
+    max_threads_per_cta: int
+    register_file_bytes: float
+    max_registers_per_thread: int
+    max_shared_bytes_per_unit: float
+    max_shared_bytes_per_cta: float
+    # memory hierarchy
+    l1_bytes_per_cycle: float
+    l1_capacity_bytes: float
+    l1_latency_s: float
+    l2_capacity_bytes: float
+    l2_bandwidth_bytes_per_s: float
+    l2_latency_s: float
+    dram_capacity_bytes: float
+    dram_bandwidth_bytes_per_s: float
+    dram_latency_s: float
+    llc_capacity_bytes: float | None
+    llc_bandwidth_bytes_per_s: float | None
+    host_link_bandwidth_bytes_per_s: float
+    host_link_latency_s: float
+    host_memory_bytes: float
+    kernel_launch_s: float
+    graph_kernel_launch_s: float
+    calibration: Calibration
+    max_cluster_size: int = 1
+    max_bytes_in_flight_per_unit: float | None = None
+    """CPU cores: the miss-queue limit; GPUs: None (their limit comes from each CTA's plan)."""
+
+    # ---- derived rates (calibrated) ------------------------------------------------------
+    def matrix_rate_per_unit(self, dtype: str, fp32_accumulate: bool = True) -> float | None:
+        """Sustained matrix-pipe FLOP/s of one unit (tensor cores / AMX) for ``dtype``."""
+        table = self.matrix_fp32_acc_flop_per_cycle if fp32_accumulate else {}
+        rate = table.get(dtype, self.matrix_flop_per_cycle.get(dtype))
+        if rate is None:
+            return None
+        return rate * self.matrix_clock_hz * self.calibration.tensor_efficiency_fraction
+
+    def vector_rate_per_unit(self, dtype: str) -> float | None:
+        rate = self.vector_flop_per_cycle.get(dtype)
+        if rate is None and dtype in ("fp16", "bf16", "tf32"):
+            rate = self.vector_flop_per_cycle.get("fp32")  # computed in FP32 lanes
+        if rate is None and dtype in ("fp8", "int8", "fp4"):
+            rate = self.vector_flop_per_cycle.get("fp32")
+        if rate is None:
+            return None
+        return rate * self.unit_clock_hz * self.calibration.vector_efficiency_fraction
+
+    @property
+    def dram_achievable_bytes_per_s(self) -> float:
+        return self.dram_bandwidth_bytes_per_s * self.calibration.dram_bandwidth_fraction
+
+    @property
+    def l2_achievable_bytes_per_s(self) -> float:
+        return self.l2_bandwidth_bytes_per_s * self.calibration.l2_bandwidth_fraction
+
+    @property
+    def l1_bytes_per_s_per_unit(self) -> float:
+        return self.l1_bytes_per_cycle * self.unit_clock_hz
+
+    @property
+    def host_link_achievable_bytes_per_s(self) -> float:
+        return self.host_link_bandwidth_bytes_per_s * self.calibration.host_link_fraction
+
+
+def _calibration(spec) -> Calibration:
+    if spec is None:
+        return Calibration()
+    values = {k: v for k, v in spec.model_dump().items() if v is not None}
+    return Calibration(**values)
+
+
+def _rates(rates) -> dict[str, float]:
+    if rates is None:
+        return {}
+    return {d: v for d, v in rates.model_dump().items() if v is not None}
+
+
+def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
+    tc = gpu.tensor_core
+    return Machine(
+        name=name,
+        kind="gpu",
+        num_units=gpu.num_sms,
+        unit_clock_hz=gpu.clocks.sm_clock_hz,
+        matrix_clock_hz=gpu.clocks.tensor_clock_hz,
+        vector_flop_per_cycle=_rates(gpu.sm.vector_flop_per_cycle),
+        matrix_flop_per_cycle=_rates(tc.dense_flop_per_cycle_per_sm) if tc else {},
+        matrix_fp32_acc_flop_per_cycle=_rates(tc.fp32_accumulate_flop_per_cycle_per_sm) if tc else {},
+        sparsity_speedup=tc.sparsity_speedup if tc else 1.0,
+        num_schedulers_per_unit=gpu.sm.num_warp_schedulers,
+        sfu_ops_per_cycle=float(gpu.sm.num_sfus),
+        warp_size=gpu.sm.warp_size,
+        max_threads_per_unit=gpu.sm.max_threads,
+        max_warps_per_unit=gpu.sm.max_warps,
+        max_ctas_per_unit=gpu.sm.max_ctas,
+        max_threads_per_cta=gpu.sm.max_threads_per_cta,
+        register_file_bytes=gpu.sm.register_file_bytes,
+        max_registers_per_thread=gpu.sm.max_registers_per_thread,
+        max_shared_bytes_per_unit=gpu.sm.shared_carveout_bytes or gpu.sm.max_shared_bytes,
+        max_shared_bytes_per_cta=min(gpu.sm.max_shared_bytes_per_cta, gpu.sm.shared_carveout_bytes or 1e30),
+        l1_bytes_per_cycle=gpu.l1.bandwidth_bytes_per_cycle_per_sm,
+        l1_capacity_bytes=gpu.sm.l1_shared_pool_bytes,
+        l1_latency_s=gpu.l1.latency_s,
+        l2_capacity_bytes=gpu.l2.capacity_bytes,
+        l2_bandwidth_bytes_per_s=gpu.l2.bandwidth_bytes_per_s,
+        l2_latency_s=(gpu.l2.near_latency_s + gpu.l2.far_latency_s) / 2,
+        dram_capacity_bytes=gpu.dram.capacity_bytes,
+        dram_bandwidth_bytes_per_s=gpu.dram.bandwidth_bytes_per_s,
+        dram_latency_s=gpu.dram.latency_s,
+        llc_capacity_bytes=gpu.llc.capacity_bytes if gpu.llc else None,
+        llc_bandwidth_bytes_per_s=gpu.llc.bandwidth_bytes_per_s if gpu.llc else None,
+        host_link_bandwidth_bytes_per_s=gpu.host_link.bandwidth_bytes_per_s,
+        host_link_latency_s=gpu.host_link.latency_s,
+        host_memory_bytes=gpu.host_link.host_memory_bytes,
+        kernel_launch_s=gpu.launch.kernel_launch_s,
+        graph_kernel_launch_s=gpu.launch.graph_kernel_launch_s,
+        calibration=_calibration(gpu.calibration),
+        max_cluster_size=gpu.sm.max_cluster_size or 1,
+    )
+
+
+def machine_from_cpu(name: str, cpu: Cpu) -> Machine:
+    core = cpu.core
+    # One "CTA" per core: a task of SIMD work; hardware threads play the role of warps.
+    threads = core.num_threads * (core.simd_width_bits // 32)
+    return Machine(
+        name=name,
+        kind="cpu",
+        num_units=cpu.num_cores,
+        unit_clock_hz=cpu.clocks.core_clock_hz,
+        matrix_clock_hz=cpu.clocks.core_clock_hz,
+        vector_flop_per_cycle=_rates(core.vector_flop_per_cycle),
+        matrix_flop_per_cycle=_rates(core.matrix_flop_per_cycle),
+        matrix_fp32_acc_flop_per_cycle={},
+        sparsity_speedup=1.0,
+        num_schedulers_per_unit=1,
+        # vectorized exp (polynomial) on SIMD lanes: about one result per lane every 8 cycles
+        sfu_ops_per_cycle=core.num_fma_units * (core.simd_width_bits / 32) / 8,
+        warp_size=core.simd_width_bits // 32,
+        max_threads_per_unit=threads,
+        max_warps_per_unit=core.num_threads,
+        max_ctas_per_unit=1,
+        max_threads_per_cta=threads,
+        register_file_bytes=1e30,
+        max_registers_per_thread=1 << 12,
+        max_shared_bytes_per_unit=cpu.l2.capacity_bytes,
+        max_shared_bytes_per_cta=cpu.l2.capacity_bytes,
+        l1_bytes_per_cycle=cpu.l1.bandwidth_bytes_per_cycle_per_core,
+        l1_capacity_bytes=cpu.l1.capacity_bytes,
+        l1_latency_s=cpu.l1.latency_s,
+        l2_capacity_bytes=cpu.llc.capacity_bytes,
+        l2_bandwidth_bytes_per_s=cpu.llc.bandwidth_bytes_per_s,
+        l2_latency_s=cpu.llc.latency_s,
+        dram_capacity_bytes=cpu.dram.capacity_bytes,
+        dram_bandwidth_bytes_per_s=cpu.dram.bandwidth_bytes_per_s,
+        dram_latency_s=cpu.dram.latency_s,
+        llc_capacity_bytes=None,
+        llc_bandwidth_bytes_per_s=None,
+        host_link_bandwidth_bytes_per_s=cpu.dram.bandwidth_bytes_per_s,
+        host_link_latency_s=cpu.dram.latency_s,
+        host_memory_bytes=cpu.dram.capacity_bytes,
+        kernel_launch_s=cpu.launch.kernel_launch_s,
+        graph_kernel_launch_s=cpu.launch.graph_kernel_launch_s,
+        calibration=_calibration(cpu.calibration),
+        max_bytes_in_flight_per_unit=core.max_bytes_in_flight,
+    )
+
+
+def machine_of(desc) -> Machine:
+    """The Machine a hardware description simulates (a system's GPU)."""
+    if desc.kind == "cpu":
+        return machine_from_cpu(desc.name, desc.cpu)
+    if desc.kind in ("gpu", "system"):
+        return machine_from_gpu(desc.name, desc.gpu)
+    raise SimulationError(f"cannot simulate hardware of kind {desc.kind!r}")

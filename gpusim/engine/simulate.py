@@ -1,0 +1,277 @@
+"""Simulate a workload on one device: the host issues kernels, a compute stream runs them in order,
+a copy engine moves data over the host link, and dependencies between ops are events.
+
+Each distinct KernelPlan is simulated once (its own SimPy run, :func:`simulate_kernel`) and the
+timing is reused for every launch of an identical kernel (the 96 identical layers of a transformer).
+The timeline is a second SimPy run over streams: a kernel starts when the host has launched it, its
+dependencies are done and the stream is free; eager launches cost ``kernel_launch_s`` of host time each,
+CUDA-graph replays ``graph_kernel_launch_s``, and back-to-back kernels on the device are separated by
+at least the graph gap. Kernels shorter than the host's launch cost leave the GPU waiting (launch-bound).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+
+from gpusim.config.derived import peak_flop_per_s
+from gpusim.config.hardware import HardwareDescription
+from gpusim.engine.kernel import KernelTiming, simulate_kernel
+from gpusim.engine.machine import Machine, machine_of
+from gpusim.errors import SimulationError
+from gpusim.mapping import NOT_KERNELS, map_op
+from gpusim.results.result import KernelRecord, SimulationResult, Span
+
+LAUNCH_MODES = ("eager", "graph")
+PRECISION_PEAK_DTYPE = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
+
+
+@dataclass(frozen=True)
+class _Item:
+    node: Any
+    plan: Any  # KernelPlan | None for transfers
+    timing: KernelTiming | None
+    transfer_s: float
+    launch_s: float
+
+
+def transfer_time_s(machine: Machine, num_bytes: float) -> float:
+    """One host<->device copy over the host link: latency plus bytes at the achievable rate."""
+    return machine.host_link_latency_s + num_bytes / machine.host_link_achievable_bytes_per_s
+
+
+def _device(desc: HardwareDescription):
+    return desc.cpu if desc.kind == "cpu" else desc.gpu
+
+
+def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eager",
+             unified_memory: bool = False, record_spans: bool = True) -> SimulationResult:
+    """Simulate ``workload`` (a loaded Workload) on ``hardware`` (a loaded description)."""
+    if launch_mode not in LAUNCH_MODES:
+        raise SimulationError(f"launch mode must be one of {', '.join(LAUNCH_MODES)}, not {launch_mode!r}")
+    machine = machine_of(hardware)
+    num_gpus = hardware.num_gpus if hardware.kind == "system" else 1
+    warnings: list[str] = []
+
+    # ---- memory: does it fit? ---------------------------------------------------------------
+    memory = getattr(workload, "memory", None)
+    peak_memory = float(memory.total_bytes) if memory is not None else _ops_footprint(workload)
+    capacity = machine.dram_capacity_bytes
+    fits = peak_memory <= capacity
+    paging_fraction = 0.0
+    if not fits:
+        over = peak_memory - capacity
+        if unified_memory:
+            paging_fraction = over / peak_memory
+            warnings.append(
+                f"working set {peak_memory / 2**30:.1f} GiB exceeds device memory {capacity / 2**30:.1f} GiB by "
+                f"{over / 2**30:.1f} GiB; unified memory pages {paging_fraction:.0%} of DRAM traffic over the host link")
+        else:
+            warnings.append(
+                f"does not fit: needs {peak_memory / 2**30:.1f} GiB, device has {capacity / 2**30:.1f} GiB "
+                f"(short by {over / 2**30:.1f} GiB); times assume it fit (use unified memory to page)")
+
+    # ---- map every op, simulate each distinct kernel once -------------------------------------
+    launch_s = machine.kernel_launch_s if launch_mode == "eager" else machine.graph_kernel_launch_s
+    timings: dict[Any, KernelTiming] = {}
+    items: list[_Item] = []
+    for node in workload.graph.nodes:
+        op = node.op
+        if op.kind in NOT_KERNELS:
+            if op.kind in ("host_to_device", "device_to_host"):
+                items.append(_Item(node, None, None, transfer_time_s(machine, float(op.num_bytes)), 0.0))
+                continue
+            gpus = int(getattr(op, "num_gpus", 1) or 1)
+            if gpus <= 1:
+                continue
+            raise SimulationError(
+                f"{node.name}: {op.kind} across {gpus} GPUs needs a multi-GPU system simulation; "
+                f"{hardware.name} is simulated as {num_gpus} device(s) here")
+        for plan in map_op(op, machine):
+            timing = timings.get(plan)
+            if timing is None:
+                timing = timings[plan] = simulate_kernel(plan, machine)
+            items.append(_Item(node, plan, timing, 0.0, launch_s))
+
+    # ---- timeline ----------------------------------------------------------------------------
+    records, spans, breakdown, total = _timeline(machine, items, paging_fraction, launch_mode, record_spans)
+
+    result_kwargs: dict[str, Any] = {}
+    if getattr(workload, "kind", "ops") == "model":
+        step = total
+        precision = getattr(workload.spec, "precision", "fp32")
+        peak = peak_flop_per_s(_device(hardware), PRECISION_PEAK_DTYPE.get(precision, "fp32")) or 0.0
+        result_kwargs = {
+            "step_time_s": step,
+            "samples_per_s": workload.samples_per_step / step if step > 0 else 0.0,
+            "tokens_per_s": (workload.tokens_per_step / step) if getattr(workload, "tokens_per_step", None) else None,
+            "mfu_fraction": workload.model_flop_per_step / (step * peak) if step > 0 and peak > 0 else 0.0,
+        }
+    memory_dict = {}
+    if memory is not None:
+        memory_dict = {k: float(getattr(memory, k)) for k in
+                       ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes",
+                        "kv_cache_bytes", "workspace_bytes", "total_bytes") if hasattr(memory, k)}
+    return SimulationResult(
+        hardware=hardware.name,
+        workload=workload.name,
+        total_time_s=total,
+        kernels=tuple(records),
+        peak_memory_bytes=peak_memory,
+        memory_capacity_bytes=capacity,
+        fits_in_memory=fits,
+        launch_mode=launch_mode,
+        calibration_source=machine.calibration.source,
+        memory=memory_dict,
+        time_breakdown_s=breakdown,
+        warnings=tuple(warnings),
+        spans=tuple(spans),
+        num_unique_kernels=len(timings),
+        **result_kwargs,
+    )
+
+
+def _ops_footprint(workload) -> float:
+    """Device memory of a plain op list: every op's inputs and outputs resident at once (upper bound)."""
+    return float(sum(n.op.bytes_read() + n.op.bytes_written() for n in workload.graph.nodes
+                     if n.op.kind not in ("host_to_device", "device_to_host")))
+
+
+def _timeline(machine: Machine, items: list[_Item], paging_fraction: float, launch_mode: str,
+              record_spans: bool):
+    env = simpy.Environment()
+    compute_queue: simpy.Store = simpy.Store(env)
+    copy_queue: simpy.Store = simpy.Store(env)
+    node_done: dict[str, simpy.Event] = {}
+    remaining_parts: dict[str, int] = {}
+    for it in items:
+        remaining_parts[it.node.name] = remaining_parts.get(it.node.name, 0) + 1
+        node_done.setdefault(it.node.name, env.event())
+    records: list[KernelRecord] = []
+    spans: list[Span] = []
+    breakdown = {"compute": 0.0, "memory": 0.0, "latency": 0.0, "launch": 0.0, "transfer": 0.0, "paging": 0.0}
+    device_gap = machine.graph_kernel_launch_s
+
+    def finish_part(name: str) -> None:
+        remaining_parts[name] -= 1
+        if remaining_parts[name] == 0 and not node_done[name].triggered:
+            node_done[name].succeed()
+
+    def deps_of(node):
+        return [node_done[d] for d in getattr(node, "after", ()) if d in node_done]
+
+    def host():
+        for it in items:
+            repeat = max(1, int(getattr(it.node, "repeat", 1)))
+            if it.plan is None:
+                copy_queue.put((it, env.now))
+                continue
+            yield env.timeout(it.launch_s)
+            issued = env.now
+            if record_spans:
+                spans.append(Span("host", f"launch {it.plan.op_kind}", issued - it.launch_s, issued))
+            compute_queue.put((it, issued))
+            if repeat > 1:
+                yield env.timeout(it.launch_s * (repeat - 1))
+        compute_queue.put(None)
+        copy_queue.put(None)
+
+    def copy_engine():
+        while True:
+            entry = yield copy_queue.get()
+            if entry is None:
+                return
+            it, _ = entry
+            deps = deps_of(it.node)
+            if deps:
+                yield simpy.AllOf(env, deps)
+            repeat = max(1, int(getattr(it.node, "repeat", 1)))
+            start = env.now
+            yield env.timeout(it.transfer_s * repeat)
+            breakdown["transfer"] += env.now - start
+            records.append(_record(it, start, env.now - start, repeat, "memory", {"engine": "copy"}, 0.0))
+            if record_spans:
+                spans.append(Span("host link", f"{it.node.op.kind} {it.node.name}", start, env.now))
+            finish_part(it.node.name)
+
+    def compute_stream():
+        last_end = 0.0
+        while True:
+            entry = yield compute_queue.get()
+            if entry is None:
+                return
+            it, issued = entry
+            deps = [d for d in deps_of(it.node) if not d.triggered]
+            if deps:
+                yield simpy.AllOf(env, deps)
+            repeat = max(1, int(getattr(it.node, "repeat", 1)))
+            timing = it.timing
+            kernel_s = timing.time_s
+            paging_s = paging_fraction * timing.dram_bytes / machine.host_link_achievable_bytes_per_s
+            per_launch = kernel_s + paging_s
+            start = max(env.now, last_end + device_gap)
+            gap = start - last_end if records else 0.0
+            yield env.timeout(start - env.now)
+            # Repeated launches: the device runs them back to back unless the host cannot keep up.
+            busy = repeat * (per_launch + device_gap) - device_gap
+            host_bound = (repeat - 1) * it.launch_s + per_launch
+            duration = max(busy, host_bound)
+            yield env.timeout(duration)
+            last_end = env.now
+            launch_bound = (gap > per_launch and gap > device_gap * 1.5) or host_bound > busy
+            bound = "launch" if launch_bound else timing.bound
+            breakdown[timing.bound] += repeat * kernel_s
+            breakdown["paging"] += repeat * paging_s
+            breakdown["launch"] += max(0.0, gap - device_gap) + (duration - busy)
+            records.append(_record(it, start, duration, repeat, bound, it.plan.describe(), gap))
+            if record_spans:
+                spans.append(Span("stream 0", it.plan.name, start, env.now,
+                                  (("bound", bound), ("repeat", repeat))))
+                for w in timing.spans:
+                    spans.append(Span("SMs", f"{w.num_ctas} CTAs x {w.num_waves} wave(s)",
+                                      start + w.start_s, start + w.end_s,
+                                      (("limiter", w.limiter), ("ctas", w.num_ctas),
+                                       ("occupancy_fraction", w.num_ctas / (it.plan.ctas_per_unit * machine.num_units)))))
+                if duration > 0:
+                    spans.append(Span("HBM", f"{timing.dram_bytes / duration / 1e9:.0f} GB/s", start, env.now,
+                                      (("utilization_fraction",
+                                        timing.dram_bytes * repeat / (duration * machine.dram_bandwidth_bytes_per_s)),)))
+                    spans.append(Span("L2", f"hit {it.plan.l2_hit_fraction:.0%}", start, env.now,
+                                      (("hit_fraction", it.plan.l2_hit_fraction),)))
+            finish_part(it.node.name)
+
+    env.process(host())
+    env.process(copy_engine())
+    env.process(compute_stream())
+    env.run()
+    records.sort(key=lambda r: r.start_s)
+    return records, spans, breakdown, env.now
+
+
+def _record(it: _Item, start: float, duration: float, repeat: int, bound: str, plan: dict, gap: float) -> KernelRecord:
+    node = it.node
+    if it.plan is None:
+        flop, dram, hit, name = 0.0, float(node.op.num_bytes) * repeat, 0.0, node.op.kind
+    else:
+        flop = it.plan.useful_flop * repeat
+        dram = it.plan.dram_bytes * repeat
+        hit = it.plan.l2_hit_fraction
+        name = it.plan.name
+    return KernelRecord(
+        name=name,
+        op=node.op.kind,
+        node=node.name,
+        phase=getattr(node, "phase", "single"),
+        layer=getattr(node, "layer", None),
+        start_s=start,
+        time_s=duration,
+        repeat=repeat,
+        flop=flop,
+        dram_bytes=dram,
+        l2_hit_fraction=hit,
+        bound=bound,
+        plan=plan,
+        launch_gap_s=gap,
+    )

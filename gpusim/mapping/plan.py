@@ -1,0 +1,99 @@
+"""KernelPlan: what one kernel launch does, in the terms the engine (and the CUDA backend) need.
+
+A plan is a pure value: the grid of CTAs, the resources each CTA holds (threads, registers, shared
+memory), the tile it computes, the work of each CTA (FLOP per pipe, bytes it requests), and the DRAM
+traffic of each wave of concurrently resident CTAs as the L2 reuse model predicts it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A GEMM-like tiling: CTA tile block_m x block_n stepping block_k, with a software pipeline."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_stages: int
+    num_warps: int
+    split_k: int = 1
+    swizzle: int = 8
+    cluster: int = 1
+    """CTAs of a cluster (along M) that load each B tile once and multicast it (Hopper TMA)."""
+
+    def label(self) -> str:
+        text = f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}_w{self.num_warps}"
+        text += f"_splitk{self.split_k}" if self.split_k > 1 else ""
+        return text + (f"_cluster{self.cluster}" if self.cluster > 1 else "")
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    name: str
+    op_kind: str
+    pipe: str
+    """Where the math runs: ``matrix`` (tensor cores / AMX), ``vector`` (CUDA cores / SIMD) or ``none``."""
+    dtype: str
+    grid: int
+    threads_per_cta: int
+    registers_per_thread: int
+    shared_bytes_per_cta: int
+    ctas_per_unit: int
+    """Occupancy: CTAs resident per SM (or core) given the per-CTA resources."""
+    occupancy_limiter: str
+    flop_per_cta: float
+    """FLOP each CTA executes (padded edge tiles included) on ``pipe``."""
+    sfu_ops_per_cta: float
+    """Transcendental operations (exp in softmax) per CTA, on the special-function units."""
+    l2_bytes_per_cta: float
+    """Bytes each CTA loads and stores through L2 (hits and misses)."""
+    bytes_in_flight_per_cta: float
+    """Outstanding memory bytes a CTA sustains (pipeline stages / vector loads): Little's law."""
+    wave_dram_bytes: tuple[float, ...]
+    """DRAM bytes of each wave of concurrently resident CTAs (reads that miss L2, plus writes)."""
+    prologue_per_wave: bool
+    """GEMM-like CTAs fill their pipeline at the start of every wave; streaming kernels only once."""
+    useful_flop: float
+    """The op's true FLOP (what the workload asked for), for reporting and MFU."""
+    tile: Tile | None = None
+
+    @property
+    def num_waves(self) -> int:
+        return len(self.wave_dram_bytes)
+
+    @property
+    def dram_bytes(self) -> float:
+        return float(sum(self.wave_dram_bytes))
+
+    @property
+    def l2_bytes(self) -> float:
+        return self.l2_bytes_per_cta * self.grid
+
+    @property
+    def l2_hit_fraction(self) -> float:
+        requested = self.l2_bytes
+        if requested <= 0:
+            return 0.0
+        return max(0.0, min(1.0, 1.0 - self.dram_bytes / requested))
+
+    def describe(self) -> dict:
+        out = {
+            "grid": self.grid,
+            "threads_per_cta": self.threads_per_cta,
+            "registers_per_thread": self.registers_per_thread,
+            "shared_bytes_per_cta": self.shared_bytes_per_cta,
+            "ctas_per_sm": self.ctas_per_unit,
+            "occupancy_limiter": self.occupancy_limiter,
+            "num_waves": self.num_waves,
+            "pipe": self.pipe,
+        }
+        if self.tile is not None:
+            out["tile"] = {
+                "block_m": self.tile.block_m, "block_n": self.tile.block_n, "block_k": self.tile.block_k,
+                "num_stages": self.tile.num_stages, "num_warps": self.tile.num_warps,
+                "split_k": self.tile.split_k, "swizzle": self.tile.swizzle, "cluster": self.tile.cluster,
+            }
+        return out

@@ -1,0 +1,86 @@
+"""Memory-bound kernels (elementwise, normalizations, softmax, reductions, copies): CTAs that stream
+their inputs once from DRAM, with the launch shapes the common framework kernels use."""
+
+from __future__ import annotations
+
+import math
+
+from gpusim.config.hardware import DTYPE_BYTES
+from gpusim.engine.machine import Machine
+from gpusim.mapping.occupancy import ctas_per_unit
+from gpusim.mapping.plan import KernelPlan
+
+VECTOR_LOAD_BYTES = 16
+"""Widest per-thread load (LDG.128 / one 16-byte vector), which framework kernels use when aligned."""
+
+
+def streaming_plan(machine: Machine, name: str, op_kind: str, dtype: str, *, bytes_read: float,
+                   bytes_written: float, flop: float, sfu_ops: float, num_ctas: int, threads_per_cta: int,
+                   bytes_in_flight_per_thread: float, registers_per_thread: int = 32,
+                   shared_bytes_per_cta: int = 0, l2_reread_fraction: float = 0.0) -> KernelPlan:
+    """A kernel whose CTAs each stream an equal share of the data once.
+
+    ``l2_reread_fraction`` is extra L2 traffic (as a fraction of bytes read) for kernels that make
+    several passes over a row that stays on chip (softmax max/sum passes, layernorm statistics).
+    """
+    num_ctas = max(1, int(num_ctas))
+    threads = min(threads_per_cta, machine.max_threads_per_cta)
+    if machine.kind == "cpu":
+        threads = machine.max_threads_per_cta
+    per_unit, limiter = ctas_per_unit(machine, threads, registers_per_thread, shared_bytes_per_cta)
+    per_unit = max(1, per_unit)
+    slots = per_unit * machine.num_units
+    per_cta_dram = (bytes_read + bytes_written) / num_ctas
+    num_waves = math.ceil(num_ctas / slots)
+    waves = tuple(min(slots, num_ctas - i * slots) * per_cta_dram for i in range(num_waves))
+    in_flight = threads * bytes_in_flight_per_thread
+    if machine.kind == "cpu" and machine.max_bytes_in_flight_per_unit:
+        in_flight = machine.max_bytes_in_flight_per_unit
+    return KernelPlan(
+        name=name,
+        op_kind=op_kind,
+        pipe="vector" if flop > 0 else "none",
+        dtype=dtype,
+        grid=num_ctas,
+        threads_per_cta=threads,
+        registers_per_thread=registers_per_thread,
+        shared_bytes_per_cta=shared_bytes_per_cta,
+        ctas_per_unit=per_unit,
+        occupancy_limiter=limiter,
+        flop_per_cta=flop / num_ctas,
+        sfu_ops_per_cta=sfu_ops / num_ctas,
+        l2_bytes_per_cta=(bytes_read * (1.0 + l2_reread_fraction) + bytes_written) / num_ctas,
+        bytes_in_flight_per_cta=in_flight,
+        wave_dram_bytes=waves,
+        prologue_per_wave=False,
+        useful_flop=flop,
+    )
+
+
+def elementwise_launch(machine: Machine, num_elements: int, dtype: str, num_inputs: int) -> tuple[int, int, float]:
+    """(CTAs, threads per CTA, bytes in flight per thread) of a vectorized elementwise kernel:
+    128 threads, each loading one 16-byte vector per input and handling 4 vectors' worth."""
+    eb = DTYPE_BYTES[dtype]
+    per_thread = 4 * max(1, int(VECTOR_LOAD_BYTES // eb))
+    threads = 128
+    ctas = math.ceil(num_elements / (threads * per_thread))
+    return ctas, threads, VECTOR_LOAD_BYTES * max(1, num_inputs) * 2
+
+
+def row_launch(machine: Machine, rows: int, cols: int, dtype: str) -> tuple[int, int, float]:
+    """(CTAs, threads per CTA, bytes in flight per thread) of a row-wise kernel (softmax, norms):
+    one CTA per row with up to 1024 threads each loading 16-byte vectors; short rows pack several
+    rows (a warp each) into one CTA."""
+    eb = DTYPE_BYTES[dtype]
+    vec = max(1, int(VECTOR_LOAD_BYTES // eb))
+    threads_needed = math.ceil(cols / vec)
+    if threads_needed >= 128:
+        threads = min(1024, 32 * math.ceil(threads_needed / 32))
+        ctas = rows
+        per_thread_vectors = math.ceil(threads_needed / threads)
+    else:
+        rows_per_cta = 4
+        threads = 32 * rows_per_cta
+        ctas = math.ceil(rows / rows_per_cta)
+        per_thread_vectors = math.ceil(threads_needed / 32)
+    return ctas, threads, VECTOR_LOAD_BYTES * min(per_thread_vectors, 4)

@@ -1,0 +1,117 @@
+"""Frozen simulation results and their plain-data (JSON-ready) form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Span:
+    """An interval on a trace track (a wave of CTAs, a copy, a host launch)."""
+
+    track: str
+    name: str
+    start_s: float
+    end_s: float
+    args: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    name: str
+    op: str
+    node: str
+    phase: str
+    layer: int | None
+    start_s: float
+    time_s: float
+    """Total time of this kernel over all its launches (``repeat``)."""
+    repeat: int
+    flop: float
+    dram_bytes: float
+    l2_hit_fraction: float
+    bound: str
+    plan: dict[str, Any]
+    launch_gap_s: float = 0.0
+
+    @property
+    def achieved_flop_per_s(self) -> float:
+        return self.flop / self.time_s if self.time_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "op": self.op,
+            "node": self.node,
+            "phase": self.phase,
+            "layer": self.layer,
+            "start_s": self.start_s,
+            "time_s": self.time_s,
+            "repeat": self.repeat,
+            "flop": self.flop,
+            "dram_bytes": self.dram_bytes,
+            "l2_hit_fraction": self.l2_hit_fraction,
+            "achieved_flop_per_s": self.achieved_flop_per_s,
+            "achieved_dram_bytes_per_s": self.dram_bytes / self.time_s if self.time_s > 0 else 0.0,
+            "bound": self.bound,
+            "launch_gap_s": self.launch_gap_s,
+            **self.plan,
+        }
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    hardware: str
+    workload: str
+    total_time_s: float
+    kernels: tuple[KernelRecord, ...]
+    peak_memory_bytes: float
+    memory_capacity_bytes: float
+    fits_in_memory: bool
+    launch_mode: str
+    calibration_source: str
+    step_time_s: float | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    mfu_fraction: float | None = None
+    memory: dict[str, float] = field(default_factory=dict)
+    time_breakdown_s: dict[str, float] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    spans: tuple[Span, ...] = ()
+    num_unique_kernels: int = 0
+
+    @property
+    def total_flop(self) -> float:
+        return sum(k.flop for k in self.kernels)
+
+    @property
+    def total_dram_bytes(self) -> float:
+        return sum(k.dram_bytes for k in self.kernels)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "hardware": self.hardware,
+            "workload": self.workload,
+            "total_time_s": self.total_time_s,
+            "total_flop": self.total_flop,
+            "total_dram_bytes": self.total_dram_bytes,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "fits_in_memory": self.fits_in_memory,
+            "launch_mode": self.launch_mode,
+            "calibration_source": self.calibration_source,
+            "num_kernels": len(self.kernels),
+            "num_unique_kernels": self.num_unique_kernels,
+            "time_breakdown_s": dict(self.time_breakdown_s),
+            "memory": dict(self.memory),
+            "warnings": list(self.warnings),
+        }
+        if self.step_time_s is not None:
+            out["step_time_s"] = self.step_time_s
+            out["samples_per_s"] = self.samples_per_s
+            if self.tokens_per_s is not None:
+                out["tokens_per_s"] = self.tokens_per_s
+            out["mfu_fraction"] = self.mfu_fraction
+        out["kernels"] = [k.to_dict() for k in self.kernels]
+        return out

@@ -1,0 +1,64 @@
+"""Golden tests: kernel times on a 2-SM GPU with 1 GB/s DRAM, derived by hand."""
+
+from pathlib import Path
+
+import pytest
+
+from gpusim.config import load_hardware
+from gpusim.engine.kernel import estimate_kernel_s, simulate_kernel
+from gpusim.engine.machine import machine_of
+from gpusim.mapping.gemm import gemm_plan
+from gpusim.mapping.plan import Tile
+from gpusim.mapping.streaming import elementwise_launch, streaming_plan
+
+TINY = Path(__file__).parent / "data" / "tiny_2sm.yaml"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return machine_of(load_hardware(str(TINY)))
+
+
+def test_streaming_add_is_dram_time_plus_one_latency(tiny):
+    # 2^20 fp32 adds: 2 reads + 1 write = 12 MiB through 1 GB/s DRAM, plus one DRAM latency (1 us)
+    # to fill the pipe. 128-thread CTAs, each thread 4 x 16-byte vectors = 16 elements: 512 CTAs, 16 per SM.
+    n = 2**20
+    ctas, threads, in_flight = elementwise_launch(tiny, n, "fp32", 2)
+    assert (ctas, threads) == (512, 128)
+    plan = streaming_plan(tiny, "add", "elementwise", "fp32", bytes_read=8.0 * n, bytes_written=4.0 * n,
+                          flop=float(n), sfu_ops=0.0, num_ctas=ctas, threads_per_cta=threads,
+                          bytes_in_flight_per_thread=in_flight)
+    assert plan.ctas_per_unit == 16
+    timing = simulate_kernel(plan, tiny)
+    expected = 1e-6 + 12 * 2**20 / 1e9
+    assert timing.time_s == pytest.approx(expected, rel=1e-12)
+    assert timing.bound == "memory"
+    assert estimate_kernel_s(plan, tiny) == pytest.approx(expected, rel=1e-12)
+
+
+def test_gemm_waves_and_l2_reuse(tiny):
+    # 256 x 256 x 1024 fp16 GEMM, 128x128x64 tiles, 2 stages: 64 KiB shared memory per CTA, so one CTA
+    # per SM and 2 waves of 2 CTAs. Wave 1 reads A row-panels 0,1 and B column-panel 0 (256 KiB each)
+    # and writes two 32 KiB C tiles; wave 2 finds both A panels in the 1 MiB L2 and reads only B panel 1.
+    tile = Tile(128, 128, 64, 2, 4)
+    plan = gemm_plan(tiny, "gemm", "matmul", 256, 256, 1024, 1, "fp16", tile, 2.0 * 256 * 256 * 1024)
+    assert plan.grid == 4 and plan.ctas_per_unit == 1 and plan.num_waves == 2
+    kib = 1024
+    assert plan.wave_dram_bytes == (3 * 256 * kib + 2 * 32 * kib, 256 * kib + 2 * 32 * kib)
+    timing = simulate_kernel(plan, tiny)
+    # each wave: one DRAM latency to fill the pipeline, then its DRAM bytes at 1 GB/s (compute is 32.8 us)
+    expected = 2e-6 + (832 * kib + 320 * kib) / 1e9
+    assert timing.time_s == pytest.approx(expected, rel=1e-12)
+    assert timing.bound == "memory"
+
+
+def test_gemm_compute_bound_when_dram_is_fast(tiny):
+    # Same GEMM with 1 TB/s DRAM: each CTA does 2*128*128*1024 FLOP at 1024 FLOP/cycle x 1 GHz alone on
+    # its SM = 32.768 us; two waves plus two 1 us pipeline fills.
+    from dataclasses import replace
+
+    fast = replace(tiny, dram_bandwidth_bytes_per_s=1e12)
+    plan = gemm_plan(fast, "gemm", "matmul", 256, 256, 1024, 1, "fp16", Tile(128, 128, 64, 2, 4), 2.0 * 256**2 * 1024)
+    timing = simulate_kernel(plan, fast)
+    assert timing.time_s == pytest.approx(2e-6 + 2 * 2 * 128 * 128 * 1024 / 1024e9, rel=1e-12)
+    assert timing.bound == "compute"
