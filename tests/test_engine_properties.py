@@ -1,0 +1,96 @@
+"""Properties every kernel simulation must have, over random shapes (hypothesis)."""
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpusim.config import load_hardware
+from gpusim.config.derived import matrix_peak_flop_per_s, vector_peak_flop_per_s
+from gpusim.config.hardware import DTYPE_BYTES
+from gpusim.engine.kernel import simulate_kernel
+from gpusim.engine.machine import machine_of
+from gpusim.mapping import best_gemm
+from gpusim.mapping.streaming import elementwise_launch, streaming_plan
+
+H100 = load_hardware("h100_sxm5_80gb")
+MACHINE = machine_of(H100)
+
+dims = st.integers(min_value=1, max_value=12288)
+dtypes = st.sampled_from(["fp32", "tf32", "fp16", "bf16", "fp8"])
+
+
+def gemm_time(machine, m, n, k, dtype):
+    plan = best_gemm(machine, "gemm", "matmul", m, n, k, 1, dtype, 2.0 * m * n * k)
+    return plan, simulate_kernel(plan, machine)
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=dims, n=dims, k=dims, dtype=dtypes)
+def test_gemm_never_beats_its_roofline(m, n, k, dtype):
+    plan, timing = gemm_time(MACHINE, m, n, k, dtype)
+    gpu = H100.gpu
+    peak = matrix_peak_flop_per_s(gpu, dtype, fp32_accumulate=True) or vector_peak_flop_per_s(gpu, dtype)
+    eb = DTYPE_BYTES[dtype]
+    min_bytes = (m * k + k * n) * eb + m * n * (2 if dtype == "fp8" else eb)
+    roofline_s = max(2.0 * m * n * k / peak, min_bytes / gpu.dram.bandwidth_bytes_per_s)
+    assert timing.time_s >= roofline_s * (1 - 1e-9)
+    assert plan.dram_bytes >= min_bytes * (1 - 1e-9)
+    assert 0.0 <= plan.l2_hit_fraction <= 1.0
+
+
+def streaming(machine, n, dtype="bf16"):
+    eb = DTYPE_BYTES[dtype]
+    ctas, threads, in_flight = elementwise_launch(machine, n, dtype, 2)
+    plan = streaming_plan(machine, "add", "elementwise", dtype, bytes_read=2.0 * n * eb, bytes_written=1.0 * n * eb,
+                          flop=float(n), sfu_ops=0.0, num_ctas=ctas, threads_per_cta=threads,
+                          bytes_in_flight_per_thread=in_flight)
+    return simulate_kernel(plan, machine).time_s
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(min_value=1, max_value=2**28), factor=st.floats(min_value=1.0, max_value=4.0))
+def test_more_dram_bandwidth_never_slows_a_memory_bound_kernel(n, factor):
+    faster = replace(MACHINE, dram_bandwidth_bytes_per_s=MACHINE.dram_bandwidth_bytes_per_s * factor)
+    assert streaming(faster, n) <= streaming(MACHINE, n) * (1 + 1e-12)
+
+
+DOUBLED = machine_of(load_hardware("h100_sxm5_80gb", [f"gpu.num_sms={2 * MACHINE.num_units}"]))
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=st.integers(min_value=512, max_value=16384), n=st.integers(min_value=512, max_value=16384),
+       k=st.integers(min_value=64, max_value=8192))
+def test_more_sms_never_slow_a_kernel_with_more_ctas_than_sms(m, n, k):
+    # Twice the SMs: every new wave holds two old waves' CTAs, so it moves at most their DRAM bytes
+    # (less when they share panels in L2) with the same per-CTA compute. (Adding a few SMs can
+    # legitimately move work from a compute-bound tail wave into a memory-bound first wave.)
+    plan, timing = gemm_time(MACHINE, m, n, k, "bf16")
+    if plan.grid <= MACHINE.num_units:
+        return
+    bigger = DOUBLED
+    _, timing_big = gemm_time(bigger, m, n, k, "bf16")
+    assert timing_big.time_s <= timing.time_s * (1 + 1e-9)
+
+
+def test_simulation_is_deterministic():
+    a = gemm_time(MACHINE, 3000, 5000, 700, "bf16")[1]
+    b = gemm_time(MACHINE, 3000, 5000, 700, "bf16")[1]
+    assert a == b
+
+
+def test_awkward_shape_is_slower_per_flop():
+    # 4224 x 4096 fills exactly 4 waves of 132 CTAs with 128x256 tiles; one more row needs a 34th row
+    # of tiles, 544 CTAs, and a mostly idle 5th wave (wave quantization): much slower per FLOP.
+    plan, even = gemm_time(MACHINE, 4224, 4096, 4096, "bf16")
+    assert plan.grid == 4 * MACHINE.num_units
+    _, odd = gemm_time(MACHINE, 4225, 4096, 4096, "bf16")
+    assert odd.time_s / even.time_s > 1.1
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "fp8", "tf32"])
+def test_large_gemm_is_compute_bound_on_h100(dtype):
+    plan, timing = gemm_time(MACHINE, 8192, 8192, 8192, dtype)
+    assert timing.bound == "compute"
+    assert plan.pipe == "matrix"
