@@ -26,6 +26,9 @@ from gpusim.mapping.streaming import elementwise_launch, row_launch, streaming_p
 STREAM_ARRAY_BYTES = 2**30
 """Array size for stream cases that do not state one (large enough that L2 plays no role)."""
 
+COPY_BYTES = 2**30
+"""Copy size for bandwidth cases that do not state one."""
+
 STREAM_KERNELS = {  # variant -> (arrays read, arrays written)
     "init": (0, 1), "read": (1, 0), "scale": (1, 1), "copy": (1, 1), "triad": (2, 1), "add": (2, 1),
 }
@@ -71,26 +74,40 @@ def _eager_loop_s(machine: Machine, kernel_s: float) -> float:
     return max(kernel_s + machine.graph_kernel_launch_s, machine.kernel_launch_s)
 
 
+def gpusim_dtype(dtype: str | None) -> str | None:
+    """Measurement files name formats precisely (fp8_e4m3, fp8_e4m3fnuz); gpusim models fp8 as one."""
+    if dtype and dtype.startswith("fp8"):
+        return "fp8"
+    return dtype
+
+
+def _timed_kernel_s(machine: Machine, plan, timing_method: str) -> float:
+    """What a measurement of one kernel sees: the kernel plus the device-side launch overhead
+    (event-timed single kernels), or a back-to-back eager loop's iteration."""
+    kernel_s = simulate_kernel(plan, machine).time_s
+    if timing_method == "loop_with_launch_gaps":
+        return _eager_loop_s(machine, kernel_s)
+    return kernel_s + machine.graph_kernel_launch_s
+
+
 def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
     """(simulated time or latency in seconds, roofline time in seconds or None) of one case."""
     op = case.op
     if op == "matmul":
         batch = case.batch or 1
+        dtype = gpusim_dtype(case.dtype)
         flop = 2.0 * case.m * case.n * case.k * batch
-        plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, batch, case.dtype, flop)
-        t = simulate_kernel(plan, machine).time_s
-        if case.timing_method == "loop_with_launch_gaps":
-            t = _eager_loop_s(machine, t)
-        eb = DTYPE_BYTES[case.dtype]
-        peak = matrix_peak_flop_per_s(device, case.dtype, fp32_accumulate=True) \
-            or vector_peak_flop_per_s(device, case.dtype)
+        plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, batch, dtype, flop)
+        t = _timed_kernel_s(machine, plan, case.timing_method)
+        eb = DTYPE_BYTES[dtype]
+        peak = matrix_peak_flop_per_s(device, dtype, fp32_accumulate=True) \
+            or vector_peak_flop_per_s(device, dtype)
         min_bytes = (case.m * case.k + case.k * case.n + case.m * case.n) * eb * batch
         roof = max(flop / peak, min_bytes / device.dram.bandwidth_bytes_per_s) if peak else None
         return t, roof
     if op in ("elementwise", "stream", "softmax", "layernorm", "rmsnorm"):
         plan, moved = _memory_plan(case, machine)
-        t = simulate_kernel(plan, machine).time_s
-        return t, moved / device.dram.bandwidth_bytes_per_s
+        return _timed_kernel_s(machine, plan, case.timing_method), moved / device.dram.bandwidth_bytes_per_s
     if op == "l2_bandwidth":
         return _l2_case(case, machine), None
     if op == "l1_bandwidth":
@@ -99,7 +116,7 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
     if op == "pointer_chase":
         return _chase_latency_s(case.working_set_bytes, machine, device), None
     if op in ("memcpy_h2d", "memcpy_d2h"):
-        return transfer_time_s(machine, case.num_bytes), None
+        return transfer_time_s(machine, case.num_bytes or COPY_BYTES), None
     raise ValueError(f"no simulation for op {op!r}")
 
 
@@ -146,9 +163,10 @@ def _memory_plan(case, machine: Machine):
 
 def _l2_case(case, machine: Machine) -> float:
     """Seconds per byte read when every SM repeatedly reads a buffer of ``working_set_bytes``:
-    L2-resident buffers stream at L2 bandwidth, larger ones miss in proportion (random replacement)."""
+    L2-resident buffers stream at L2 bandwidth; a larger buffer read cyclically through an LRU cache
+    misses on every line."""
     w = case.working_set_bytes
-    hit = 1.0 if w <= machine.l2_capacity_bytes else machine.l2_capacity_bytes / w
+    hit = 1.0 if w <= machine.l2_capacity_bytes else 0.0
     l2 = machine.l2_achievable_bytes_per_s
     dram = machine.dram_achievable_bytes_per_s
     per_byte = max(1.0 / l2, (1.0 - hit) / dram)
@@ -182,7 +200,7 @@ def _to_metric(case, seconds: float) -> float:
         if case.op == "l1_bandwidth":
             return (case.working_set_bytes or 1.0) / seconds
         if case.op in ("memcpy_h2d", "memcpy_d2h"):
-            return case.num_bytes / seconds
+            return (case.num_bytes or COPY_BYTES) / seconds
         return _moved_bytes(case) / seconds
     raise ValueError(f"unknown metric {metric!r}")
 

@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "gpusim.commands.workload",
     "gpusim.commands.run",
     "gpusim.commands.accuracy",
+    "gpusim.commands.calibrate",
 )
 
 

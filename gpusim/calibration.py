@@ -1,0 +1,95 @@
+"""Fitting calibration factors to measurements (and nothing else).
+
+Each factor is the median ratio of measured to simulated-without-calibration throughput over the
+cases that exercise that mechanism alone, so the factor describes the device (sustained tensor-core
+clock and issue efficiency, achievable DRAM bandwidth), not any single point:
+
+* ``tensor_efficiency_fraction``: large tensor-core GEMMs (>= 1e11 FLOP) that simulate compute-bound;
+* ``vector_efficiency_fraction``: large CUDA-core (SIMT) GEMMs, FP32/FP64;
+* ``dram_bandwidth_fraction``: streaming kernels at full occupancy and large elementwise/norm kernels;
+* ``l2_bandwidth_fraction``: L2-bandwidth benchmarks whose footprint is under half the L2;
+* ``host_link_fraction``: host<->device copies of at least 100 MB.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, replace
+
+from gpusim.accuracy import _to_metric, simulate_case
+from gpusim.config.library import load_hardware
+from gpusim.engine.kernel import simulate_kernel
+from gpusim.engine.machine import Calibration, machine_of
+from gpusim.mapping import best_gemm
+
+LARGE_GEMM_FLOP = 1e11
+LARGE_STREAM_BYTES = 1e8
+
+
+@dataclass(frozen=True)
+class FittedFactor:
+    name: str
+    value: float
+    num_cases: int
+    case_ids: tuple[str, ...]
+
+
+def _rate_ratio(case, machine, device) -> float:
+    seconds, _ = simulate_case(case, machine, device)
+    simulated = _to_metric(case, seconds)
+    measured = getattr(case, f"measured_{case.metric}")
+    if case.metric in ("time_s", "latency_s"):
+        return simulated / measured  # measured time longer -> ratio below 1
+    return measured / simulated
+
+
+def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
+    desc = load_hardware(gpu)
+    device = desc.gpu if desc.kind != "cpu" else desc.cpu
+    machine = replace(machine_of(desc), calibration=Calibration())
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for case in cases:
+        if case.gpu != gpu or case.excluded:
+            continue
+        factor = None
+        if case.op == "matmul":
+            flop = 2.0 * case.m * case.n * case.k * (case.batch or 1)
+            if flop < LARGE_GEMM_FLOP:
+                continue
+            plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, case.batch or 1, case.dtype, flop)
+            if simulate_kernel(plan, machine).bound != "compute":
+                continue
+            factor = "tensor_efficiency_fraction" if plan.pipe == "matrix" else "vector_efficiency_fraction"
+        elif case.op == "stream" and (case.occupancy_fraction or 1.0) >= 1.0:
+            factor = "dram_bandwidth_fraction"
+        elif case.op in ("elementwise", "layernorm", "rmsnorm", "softmax"):
+            elements = case.num_elements or (case.rows or 0) * (case.cols or 0)
+            if elements * 4 >= LARGE_STREAM_BYTES:
+                factor = "dram_bandwidth_fraction"
+        elif case.op == "l2_bandwidth" and case.working_set_bytes <= 0.5 * machine.l2_capacity_bytes:
+            factor = "l2_bandwidth_fraction"
+        elif case.op in ("memcpy_h2d", "memcpy_d2h") and (case.num_bytes or 0) >= LARGE_STREAM_BYTES:
+            factor = "host_link_fraction"
+        if factor is None:
+            continue
+        groups.setdefault(factor, []).append((case.case_id, _rate_ratio(case, machine, device)))
+    out = []
+    for name, rows in sorted(groups.items()):
+        value = min(1.0, statistics.median(r for _, r in rows))
+        out.append(FittedFactor(name, round(value, 3), len(rows), tuple(c for c, _ in rows)))
+    return out
+
+
+def overlay_yaml(base: str, factors: list[FittedFactor], measurements: str) -> str:
+    """A hardware overlay that extends ``base`` with a labelled calibration block."""
+    lines = [
+        "schema_version: 1",
+        f"extends: {base}",
+        "gpu:",
+        "  calibration:",
+    ]
+    summary = "; ".join(f"{f.name.removesuffix('_fraction')} = median of {f.num_cases} cases" for f in factors)
+    lines.append(f"    source: \"fitted by gpusim calibrate on {measurements}: {summary}\"")
+    for f in factors:
+        lines.append(f"    {f.name}: {f.value}")
+    return "\n".join(lines) + "\n"

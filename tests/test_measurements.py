@@ -1,0 +1,372 @@
+"""The published reference measurements: the CSVs load, are internally consistent, and match their sources."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpusim.errors import ConfigError
+from gpusim.measurements import (
+    CommunicationCase,
+    KernelCase,
+    TrainingCase,
+    columns,
+    included,
+    load_communication_cases,
+    load_kernel_cases,
+    load_training_cases,
+    published_dir,
+)
+
+GPU_STEMS = {
+    # gpusim hardware library stems
+    "v100_sxm2_32gb", "a100_sxm4_40gb", "a100_sxm4_80gb", "a100_pcie_40gb", "h100_sxm5_80gb", "h100_pcie_80gb",
+    "h200_sxm_141gb", "mi300x", "rtx_4090", "rtx_3090",
+    # measured GPUs without a library description yet
+    "v100_pcie_32gb", "a100_pcie_80gb", "h100_nvl_94gb",
+}
+SYSTEM_STEMS = {"hgx_h200", "dgx_h100", "dgx_a100", "mi300x_x8"}
+KERNEL_HEADER = (
+    "case_id,gpu,op,variant,dtype,m,n,k,batch,rows,cols,num_elements,num_bytes,working_set_bytes,occupancy_fraction,"
+    "measured_time_s,measured_flop_per_s,measured_bytes_per_s,measured_latency_s,metric,timing_method,library,source,"
+    "kind,confidence,notes"
+).split(",")
+COMMUNICATION_HEADER = (
+    "case_id,system,collective,algorithm,num_gpus,num_bytes,measured_time_s,measured_busbw_bytes_per_s,"
+    "measured_algbw_bytes_per_s,nvls,source,kind,confidence,notes"
+).split(",")
+BYTES_PER_ELEMENT = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+@pytest.fixture(scope="module")
+def kernels() -> tuple[KernelCase, ...]:
+    return load_kernel_cases()
+
+
+@pytest.fixture(scope="module")
+def communication() -> tuple[CommunicationCase, ...]:
+    return load_communication_cases()
+
+
+@pytest.fixture(scope="module")
+def training() -> tuple[TrainingCase, ...]:
+    return load_training_cases()
+
+
+def by_id(cases):
+    return {c.case_id: c for c in cases}
+
+
+def raw_rows(name: str) -> list[dict[str, str]]:
+    with (published_dir() / name).open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+# --- the files and the loader agree -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "loader", "case_type"), [
+    ("kernels.csv", load_kernel_cases, KernelCase),
+    ("communication.csv", load_communication_cases, CommunicationCase),
+    ("training.csv", load_training_cases, TrainingCase),
+])
+def test_loader_reads_every_row_with_the_exact_header(name, loader, case_type):
+    with (published_dir() / name).open(newline="", encoding="utf-8") as fh:
+        header = next(csv.reader(fh))
+    assert tuple(header) == columns(case_type)
+    rows = raw_rows(name)
+    cases = loader()
+    assert len(rows) > 0
+    assert [c.case_id for c in cases] == [r["case_id"] for r in rows]
+    assert len({c.case_id for c in cases}) == len(cases)
+
+
+def test_kernel_and_communication_columns_are_the_documented_ones():
+    assert list(columns(KernelCase)) == KERNEL_HEADER
+    assert list(columns(CommunicationCase)) == COMMUNICATION_HEADER
+
+
+def test_cases_are_frozen_and_typed(kernels):
+    case = by_id(kernels)["h100_sxm_bf16_mm_4096"]
+    assert isinstance(case.m, int) and isinstance(case.measured_flop_per_s, float)
+    assert case.rows is None and case.measured_time_s is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        case.m = 1  # type: ignore[misc]
+
+
+def test_default_path_is_the_published_folder():
+    folder = published_dir()
+    assert folder.name == "published" and folder.parent.name == "measurements"
+    assert load_kernel_cases(folder / "kernels.csv") == load_kernel_cases()
+
+
+# --- provenance and units ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loader", [load_kernel_cases, load_communication_cases, load_training_cases])
+def test_every_row_has_source_kind_and_confidence(loader):
+    for case in loader():
+        assert case.source.strip(), case.case_id
+        assert case.kind in {"M", "D", "T"}, case.case_id
+        assert case.confidence in {"A", "B", "C"}, case.case_id
+        assert case.excluded == case.notes.startswith("EXCLUDE:"), case.case_id
+        if case.excluded:
+            assert len(case.notes) > len("EXCLUDE: "), f"{case.case_id}: an exclusion states its reason"
+
+
+@pytest.mark.parametrize("loader", [load_kernel_cases, load_training_cases])
+def test_metric_column_is_filled_and_positive(loader):
+    for case in loader():
+        value = case.measured_value
+        assert value is not None and value > 0 and math.isfinite(value), case.case_id
+
+
+def test_gpu_and_system_stems_are_known(kernels, communication, training):
+    assert {c.gpu for c in kernels} <= GPU_STEMS
+    assert {c.gpu for c in training} <= GPU_STEMS
+    assert {c.system for c in communication} <= SYSTEM_STEMS
+    assert {c.system for c in training if c.system} <= SYSTEM_STEMS
+
+
+def test_values_are_si_not_display_units(kernels):
+    for case in kernels:
+        if case.measured_time_s is not None:
+            assert 1e-7 < case.measured_time_s < 1.0, case.case_id  # seconds, not ms
+        if case.measured_latency_s is not None:
+            assert 1e-9 < case.measured_latency_s < 1e-6, case.case_id  # seconds, not ns or cycles
+        if case.measured_flop_per_s is not None:
+            assert 1e12 < case.measured_flop_per_s < 3e15, case.case_id  # FLOP/s, not TFLOPS
+        if case.measured_bytes_per_s is not None:
+            assert 1e9 < case.measured_bytes_per_s < 3e13, case.case_id  # B/s, not GB/s
+
+
+# --- shapes and internal consistency (catches transcription slips) ----------------------------
+
+
+def test_matmul_rows_have_a_shape_and_dtype(kernels):
+    matmuls = [c for c in kernels if c.op == "matmul"]
+    assert matmuls
+    for case in matmuls:
+        assert case.m and case.n and case.k and case.batch and case.dtype, case.case_id
+
+
+def test_matmul_time_and_flop_rate_agree(kernels):
+    checked = 0
+    for case in kernels:
+        if case.op == "matmul" and case.measured_time_s and case.measured_flop_per_s:
+            flop = 2 * case.m * case.n * case.k * case.batch
+            assert flop / case.measured_time_s == pytest.approx(case.measured_flop_per_s, rel=0.03), case.case_id
+            checked += 1
+    assert checked == 16 + 24 + 2  # NeuSight linear; vidur GEMMs with >= 128 tokens (A100 + H100); anonymous H100 study
+
+
+def test_memory_bound_time_and_bandwidth_agree(kernels):
+    # Sources state bytes = 3 tensors for a binary elementwise op, 2 for a norm/softmax (weights ignored).
+    checked = 0
+    for case in kernels:
+        if case.op in {"elementwise", "layernorm", "softmax", "rmsnorm"} and case.measured_time_s and case.measured_bytes_per_s:
+            elements = case.num_elements if case.op == "elementwise" else case.rows * case.cols
+            tensors = 3 if case.op == "elementwise" else 2
+            moved = tensors * elements * BYTES_PER_ELEMENT[case.dtype]
+            assert moved / case.measured_time_s == pytest.approx(case.measured_bytes_per_s, rel=0.03), case.case_id
+            checked += 1
+    assert checked == 18  # NeuSight 9 + Liger 9
+
+
+def test_square_torch_mm_sweep_is_complete(kernels):
+    sweep = [c for c in kernels if c.timing_method == "loop_with_launch_gaps"]
+    # H100 SXM, H100 PCIe, A100 PCIe, RTX 4090: 4 dtypes x 5 sizes; V100: FP32 and FP16 only.
+    assert len(sweep) == 4 * 4 * 5 + 2 * 5
+    assert all(c.m == c.n == c.k and c.m in {1024, 2048, 4096, 8192, 10240} for c in sweep)
+    assert not any(c.gpu == "v100_sxm2_32gb" and c.dtype in {"bf16", "tf32"} for c in sweep)
+
+
+def test_flagged_rows_are_excluded(kernels):
+    for case in kernels:
+        if case.library == "xla" and case.gpu == "h100_sxm5_80gb" and case.dtype.startswith("fp8"):
+            assert case.excluded and "F8" in case.notes, case.case_id
+        if case.library == "vidur" and case.gpu == "h100_sxm5_80gb":
+            assert case.excluded and "F9" in case.notes, case.case_id
+        if case.library == "vidur" and case.gpu == "a100_sxm4_80gb":
+            assert not case.excluded, case.case_id
+    excluded = {c.case_id for c in kernels if c.excluded}
+    assert "rtx4090_torch_copy_16mb" in excluded  # F7: L2-resident buffer
+    assert "h100_sxm_anon_stream_copy_256mb_528blocks" in excluded  # F6
+    assert len(included(kernels)) == len(kernels) - len(excluded)
+
+
+def test_all_reduce_busbw_and_algbw_agree(communication):
+    for case in communication:
+        if case.collective.startswith("p2p_"):
+            assert case.num_gpus == 2 and case.measured_algbw_bytes_per_s > 0
+            continue
+        n = case.num_gpus
+        factor = 2 * (n - 1) / n if case.collective == "all_reduce" else (n - 1) / n
+        assert case.measured_algbw_bytes_per_s * factor == pytest.approx(case.measured_busbw_bytes_per_s, rel=1e-4), case.case_id
+        assert case.num_bytes / case.measured_time_s == pytest.approx(case.measured_algbw_bytes_per_s, rel=1e-4), case.case_id
+
+
+def test_training_rows_agree_with_themselves(training):
+    for case in training:
+        if case.measured_forward_time_s and case.measured_backward_time_s:
+            total = case.measured_forward_time_s + case.measured_backward_time_s
+            assert total == pytest.approx(case.measured_time_s, rel=1e-3), case.case_id
+        if case.measured_mfu_fraction and case.measured_model_flop_per_s_per_gpu and case.mfu_peak_flop_per_s:
+            mfu = case.measured_model_flop_per_s_per_gpu / case.mfu_peak_flop_per_s
+            assert mfu == pytest.approx(case.measured_mfu_fraction, rel=0.015), case.case_id
+        if case.measured_hfu_fraction is not None:
+            assert case.measured_hfu_fraction >= case.measured_mfu_fraction, case.case_id
+
+
+# --- spot checks against the published tables -----------------------------------------------
+
+
+def test_spot_checks_kernels(kernels):
+    k = by_id(kernels)
+    assert k["h100_sxm_bf16_mm_4096"].measured_flop_per_s == pytest.approx(788.72e12)
+    assert k["v100_sxm2_fp16_mm_8192"].measured_flop_per_s == pytest.approx(97.36e12)
+    assert k["a100_80_stream_triad"].measured_bytes_per_s == pytest.approx(1759e9)
+    assert k["h100_pcie_stream_scale_occ12p5"].occupancy_fraction == pytest.approx(0.125)
+    assert k["h100_pcie_stream_scale_occ12p5"].measured_bytes_per_s == pytest.approx(607e9)
+    # >=128 MB on H100 PCIe: 650-658 cycles at 1755 MHz -> 370-375 ns
+    chase = k["h100_pcie_pointer_chase_256mb"]
+    assert chase.working_set_bytes == 256_000_000
+    assert 370e-9 <= chase.measured_latency_s <= 375e-9
+    assert chase.measured_latency_s == pytest.approx(371e-9, rel=0.01)
+    assert k["v100_pointer_chase_18kb"].measured_latency_s == pytest.approx(21.7e-9, rel=0.005)  # 29.9 cycles / 1.38 GHz
+    assert k["h100_sxm_anon_pointer_chase_smem_8kb"].measured_latency_s == pytest.approx(14.4e-9, rel=0.005)
+    assert k["a100_80_l2_bandwidth_34mb"].measured_bytes_per_s == pytest.approx(3622e9)
+    assert k["h100_pcie_l1_bandwidth"].measured_bytes_per_s == pytest.approx(25.2e12)
+    assert k["a100_vidur_llama2_7b_qkv_4096tok"].measured_time_s == pytest.approx(1.911e-3)
+    assert (k["a100_vidur_llama2_7b_down_4096tok"].k, k["a100_vidur_llama2_7b_down_4096tok"].n) == (11008, 4096)
+    assert k["a100_vidur_llama2_7b_silu_mul_1024tok"].num_elements == 1024 * 11008
+    assert k["v100_pcie_neusight_add_1048576x2048"].measured_time_s == pytest.approx(30.996e-3)
+    assert k["h100_sxm_neusight_fp32_linear_16384x4096x4096"].measured_time_s == pytest.approx(10.812e-3)
+    assert k["mi300x_mamf_bf16_10240x15360x8192"].measured_flop_per_s == pytest.approx(668.4e12)
+    assert k["h800_deepgemm_fp8_4096x7168x16384"].measured_flop_per_s == pytest.approx(1520e12)
+    assert k["h100_xla_bf16_out_bf16_mm_4096"].measured_flop_per_s == pytest.approx(780.2e12)
+    assert k["v100_pcie_memcpy_h2d_1gb"].measured_bytes_per_s == pytest.approx(12.35e9)
+    assert k["h100_nvl_liger_rmsnorm_liger_2048x32768_bf16"].measured_time_s == pytest.approx(0.1107e-3)
+
+
+def test_spot_checks_communication_and_training(communication, training):
+    c = by_id(communication)
+    assert c["hgx_h200_all_reduce_8gpu_16gib"].measured_busbw_bytes_per_s == pytest.approx(482.26e9)
+    assert c["hgx_h200_all_reduce_8gpu_16gib"].num_bytes == 16 * 2**30
+    assert c["hgx_h200_all_reduce_8gpu_16gib_ring"].nvls is False
+    assert c["mi300x_x8_all_reduce_8gpu_4gib"].measured_value == pytest.approx(312.9e9)
+    assert c["hgx_h200_p2p_bidirectional"].measured_value == pytest.approx(783.73e9)
+    t = by_id(training)
+    assert t["llmfoundry_mpt_7b_h100_8gpu_amp_bf16"].measured_tokens_per_s_per_gpu == pytest.approx(10643)
+    assert t["llmfoundry_mpt_7b_h100_8gpu_amp_bf16"].measured_mfu_fraction == pytest.approx(0.4644)
+    assert t["neusight_bert_large_inference_512x8_h100"].measured_time_s == pytest.approx(69.84e-3)
+    assert t["gptfast_llama2_70b_bf16_tp8_a100"].measured_tokens_per_s == pytest.approx(62.50)
+    assert t["trtllm_v0p5_llama_70b_fp8_h100_first_token_in2048_tp4"].measured_time_s == pytest.approx(109e-3)
+
+
+# --- bad input gives one-line errors ----------------------------------------------------------
+
+
+def _copy_with(tmp_path: Path, name: str, edit) -> Path:
+    rows = raw_rows(name)
+    header = list(rows[0].keys())
+    rows, header = edit(rows, header)
+    path = tmp_path / name
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=header, lineterminator="\n", extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _one_line(error: ConfigError) -> str:
+    text = str(error)
+    assert "\n" not in text
+    return text
+
+
+def test_non_numeric_cell_names_file_row_and_column(tmp_path):
+    def edit(rows, header):
+        rows[1]["m"] = "4096x"  # data row 2 = line 3
+        return rows, header
+
+    rows = raw_rows("kernels.csv")
+    assert rows[1]["op"] == "pointer_chase"  # any row: the m column is parsed for every op
+    path = _copy_with(tmp_path, "kernels.csv", edit)
+    with pytest.raises(ConfigError) as info:
+        load_kernel_cases(path)
+    text = _one_line(info.value)
+    assert info.value.key_path == "row 3.m"
+    assert str(path) in text and "not an integer: '4096x'" in text
+
+
+def test_bad_float_cell(tmp_path):
+    def edit(rows, header):
+        rows[0]["measured_latency_s"] = "21.7 ns"
+        return rows, header
+
+    with pytest.raises(ConfigError) as info:
+        load_kernel_cases(_copy_with(tmp_path, "kernels.csv", edit))
+    assert info.value.key_path == "row 2.measured_latency_s"
+    assert "not a number" in _one_line(info.value)
+
+
+def test_missing_column(tmp_path):
+    def edit(rows, header):
+        return rows, [h for h in header if h != "measured_busbw_bytes_per_s"]
+
+    with pytest.raises(ConfigError) as info:
+        load_communication_cases(_copy_with(tmp_path, "communication.csv", edit))
+    assert info.value.key_path == "header"
+    assert "missing column 'measured_busbw_bytes_per_s'" in _one_line(info.value)
+
+
+def test_duplicate_case_id_and_empty_metric_column(tmp_path):
+    def duplicate(rows, header):
+        rows[1]["case_id"] = rows[0]["case_id"]
+        return rows, header
+
+    with pytest.raises(ConfigError) as info:
+        load_training_cases(_copy_with(tmp_path, "training.csv", duplicate))
+    assert info.value.key_path == "row 3.case_id" and "duplicate" in _one_line(info.value)
+
+    def empty_metric(rows, header):
+        rows[0]["measured_latency_s"] = ""
+        return rows, header
+
+    with pytest.raises(ConfigError) as info:
+        load_kernel_cases(_copy_with(tmp_path, "kernels.csv", empty_metric))
+    assert info.value.key_path == "row 2.measured_latency_s" and "metric is latency_s" in _one_line(info.value)
+
+
+def test_unknown_kind_and_missing_file(tmp_path):
+    def edit(rows, header):
+        rows[0]["kind"] = "S"
+        return rows, header
+
+    with pytest.raises(ConfigError) as info:
+        load_kernel_cases(_copy_with(tmp_path, "kernels.csv", edit))
+    assert info.value.key_path == "row 2.kind"
+    with pytest.raises(ConfigError) as info:
+        load_kernel_cases(tmp_path / "nope.csv")
+    assert "cannot read" in _one_line(info.value)
+
+
+def test_copy_loads_identically_and_builtin_errors_name_the_repository_path(tmp_path, monkeypatch):
+    copy = tmp_path / "kernels.csv"
+    shutil.copy(published_dir() / "kernels.csv", copy)
+    assert load_kernel_cases(copy) == load_kernel_cases()
+
+    # A bad cell in a built-in file is reported as measurements/published/<file>, not a machine path.
+    import gpusim.measurements as module
+
+    copy.write_text(copy.read_text(encoding="utf-8").replace(",latency_s,", ",latency,", 1), encoding="utf-8")
+    monkeypatch.setattr(module, "published_dir", lambda: tmp_path)
+    with pytest.raises(ConfigError) as info:
+        module.load_kernel_cases()
+    assert _one_line(info.value).startswith("measurements/published/kernels.csv: row 2.metric: ")
