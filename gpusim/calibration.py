@@ -6,7 +6,8 @@ clock and issue efficiency, achievable DRAM bandwidth), not any single point:
 
 * ``tensor_efficiency_fraction``: large tensor-core GEMMs (>= 1e11 FLOP) that simulate compute-bound;
 * ``vector_efficiency_fraction``: large CUDA-core (SIMT) GEMMs, FP32/FP64;
-* ``dram_bandwidth_fraction``: streaming kernels at full occupancy and large elementwise/norm kernels;
+* ``dram_bandwidth_fraction``: stream benchmarks at full occupancy and large elementwise kernels (not
+  normalizations, whose library implementations differ in passes and occupancy);
 * ``l2_bandwidth_fraction``: L2-bandwidth benchmarks whose footprint is under half the L2;
 * ``host_link_fraction``: host<->device copies of at least 100 MB.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
-from gpusim.accuracy import _to_metric, simulate_case
+from gpusim.accuracy import COPY_BYTES, _to_metric, gpusim_dtype, simulate_case
 from gpusim.config.library import load_hardware
 from gpusim.engine.kernel import simulate_kernel
 from gpusim.engine.machine import Calibration, machine_of
@@ -56,19 +57,18 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
             flop = 2.0 * case.m * case.n * case.k * (case.batch or 1)
             if flop < LARGE_GEMM_FLOP:
                 continue
-            plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, case.batch or 1, case.dtype, flop)
+            plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, case.batch or 1,
+                             gpusim_dtype(case.dtype), flop)
             if simulate_kernel(plan, machine).bound != "compute":
                 continue
             factor = "tensor_efficiency_fraction" if plan.pipe == "matrix" else "vector_efficiency_fraction"
         elif case.op == "stream" and (case.occupancy_fraction or 1.0) >= 1.0:
             factor = "dram_bandwidth_fraction"
-        elif case.op in ("elementwise", "layernorm", "rmsnorm", "softmax"):
-            elements = case.num_elements or (case.rows or 0) * (case.cols or 0)
-            if elements * 4 >= LARGE_STREAM_BYTES:
-                factor = "dram_bandwidth_fraction"
+        elif case.op == "elementwise" and (case.num_elements or 0) * 4 >= LARGE_STREAM_BYTES:
+            factor = "dram_bandwidth_fraction"
         elif case.op == "l2_bandwidth" and case.working_set_bytes <= 0.5 * machine.l2_capacity_bytes:
             factor = "l2_bandwidth_fraction"
-        elif case.op in ("memcpy_h2d", "memcpy_d2h") and (case.num_bytes or 0) >= LARGE_STREAM_BYTES:
+        elif case.op in ("memcpy_h2d", "memcpy_d2h") and (case.num_bytes or COPY_BYTES) >= LARGE_STREAM_BYTES:
             factor = "host_link_fraction"
         if factor is None:
             continue
