@@ -1,0 +1,116 @@
+"""``gpusim workload list | show``: inspect workload descriptions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from gpusim.config.loader import read_yaml
+from gpusim.units import format_quantity
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    wl = sub.add_parser("workload", help="list and show workloads (ops and models)",
+                        description="Inspect workload descriptions.", epilog="Example: gpusim workload show gpt3_175b_train")
+    wl_sub = wl.add_subparsers(dest="workload_command", metavar="WORKLOAD_COMMAND")
+    wl_sub.required = True
+
+    p = wl_sub.add_parser("list", help="every built-in workload with a one-line description",
+                          epilog="Example: gpusim workload list")
+    p.set_defaults(func=cmd_list)
+
+    p = wl_sub.add_parser("show", help="op summary, FLOP, bytes, parameters and memory footprint",
+                          epilog="Example: gpusim workload show llama2_7b_train --set batch_size=2 --hw h100_sxm5_80gb")
+    p.add_argument("workload", metavar="NAME_OR_PATH")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a workload value (e.g. --set batch_size=16 --set config.num_layers=2)")
+    p.add_argument("--hw", metavar="HARDWARE", help="compare the memory footprint with this GPU's memory")
+    p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
+    p.set_defaults(func=cmd_show)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from gpusim.workload import list_workloads
+
+    rows = []
+    for name, path in list_workloads():
+        data = read_yaml(path)
+        what = str(data.get("model", "ops")) + (f" {data['mode']}" if "mode" in data else "")
+        rows.append((name, what, str(data.get("description", ""))))
+    width = max(len(r[0]) for r in rows)
+    kind_width = max(len(r[1]) for r in rows)
+    for name, what, description in rows:
+        print(f"{name:<{width}}  {what:<{kind_width}}  {description}")
+    return 0
+
+
+def _bytes(value: float) -> str:
+    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= factor:
+            return f"{value / factor:.4g} {unit}"
+    return f"{value:.0f} B"
+
+
+def _capacity(hardware: str) -> tuple[str, float]:
+    from gpusim.config import load_hardware, summary
+
+    desc = load_hardware(hardware)
+    info = summary(desc)
+    capacity = info.get("dram_capacity_bytes")
+    if capacity is None:
+        from gpusim.errors import ConfigError
+        raise ConfigError(hardware, "", "has no single-GPU memory capacity to compare with")
+    return desc.name, float(capacity)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from gpusim.workload import fits, load_workload
+
+    w = load_workload(args.workload, args.overrides)
+    info = w.summary()
+    if args.hw:
+        hw_name, capacity = _capacity(args.hw)
+        ok, shortfall = fits(w.memory, capacity)
+        info["fits"] = {"hardware": hw_name, "capacity_bytes": capacity, "fits": ok, "shortfall_bytes": shortfall}
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    header = f"{w.name} ({w.source})"
+    print(header + (f": {w.description}" if w.description else ""))
+    if w.kind == "model":
+        print(f"  {w.mode}, {w.precision}, {info['num_parameters']:,} parameters, {w.samples_per_step} samples"
+              + (f", {w.tokens_per_step:,} tokens" if w.tokens_per_step else "") + " per step")
+    print(f"  FLOP per step {format_quantity(info['flop_per_step'], 'flop')} "
+          f"(model {format_quantity(info['model_flop_per_step'], 'flop')}, "
+          f"executed {format_quantity(info['executed_flop_per_step'], 'flop')}); "
+          f"HBM traffic {_bytes(info['bytes_read_per_step'])} read, {_bytes(info['bytes_written_per_step'])} written")
+    print(f"  {info['num_kernels']:,} kernel launches from {info['num_nodes']:,} nodes, "
+          f"{info['num_distinct_ops']} distinct ops")
+    if w.fusion.mode == "default":
+        print(f"  fusion default: {w.fusion.num_kernels_removed:,} kernels and {_bytes(w.fusion.bytes_saved)} of HBM "
+              f"traffic fewer than fusion none")
+    rows = [("op kind", "launches", "FLOP", "bytes read", "bytes written")]
+    for kind, row in sorted(info["by_kind"].items(), key=lambda kv: -kv[1]["flop"]):
+        rows.append((kind, f"{int(row['num_kernels']):,}", format_quantity(row["flop"], "flop"),
+                     _bytes(row["bytes_read"]), _bytes(row["bytes_written"])))
+    if len(info["by_phase"]) > 1:
+        rows.append(("", "", "", "", ""))
+        rows.append(("phase", "launches", "FLOP", "bytes read", "bytes written"))
+        for phase, row in info["by_phase"].items():
+            rows.append((phase, f"{int(row['num_kernels']):,}", format_quantity(row["flop"], "flop"),
+                         _bytes(row["bytes_read"]), _bytes(row["bytes_written"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    print()
+    for r in rows:
+        print("  " + "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
+    m = info["memory"]
+    print()
+    print("  memory per GPU: " + ", ".join(f"{label} {_bytes(m[key])}" for key, label in (
+        ("weights_bytes", "weights"), ("gradients_bytes", "gradients"), ("optimizer_bytes", "optimizer"),
+        ("activations_bytes", "activations"), ("kv_cache_bytes", "KV cache"), ("workspace_bytes", "workspace"))
+        if m[key]) + f"; total {_bytes(m['total_bytes'])}")
+    if "fits" in info:
+        f = info["fits"]
+        verdict = "fits" if f["fits"] else f"does not fit: {_bytes(f['shortfall_bytes'])} short"
+        print(f"  on {f['hardware']} ({_bytes(f['capacity_bytes'])}): {verdict}")
+    return 0

@@ -1,0 +1,338 @@
+"""From model layers to kernels: fusion, the training expansion (backward, recompute, optimizer) and
+the activation memory that follows from it.
+
+Fusion ``default``:
+* element-wise ops that directly follow a GEMM or convolution with the same output size and can run
+  in an epilogue (bias add, activation, dropout, residual add) are folded into that GEMM's epilogue
+  (cuBLASLt / CUTLASS epilogues; in training an activation's input is written as an extra output);
+* the remaining runs of consecutive element-wise ops of equal size become one kernel;
+* attention stays one fused (FlashAttention-style) kernel.
+Fusion ``none``: every op is its own kernel and attention is lowered to QK^T, softmax, (dropout), AV.
+
+Training, per micro-batch: the forward kernels; then, layer by layer in reverse, the recomputed
+forward (activation checkpointing), then for each op in reverse its backward kernels: the backward
+of its element-wise epilogue, the input-gradient (dgrad) GEMM and the weight-gradient (wgrad) GEMM;
+then, once per step, one optimizer update per layer that has parameters. With gradient accumulation
+the forward, recompute and backward nodes have ``repeat`` = number of micro-batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from gpusim.workload.graph import OpNode
+from gpusim.workload.layers import FwdOp, Layer, attention_kept_bytes, kept_when_recomputed, saved_bytes
+from gpusim.workload.ops import (
+    ELEMENTWISE_FUNCTIONS,
+    MASK_BYTES,
+    VECTOR_DTYPES,
+    Attention,
+    BatchNorm,
+    Conv2d,
+    Elementwise,
+    Embedding,
+    LayerNorm,
+    Matmul,
+    Op,
+    OptimizerUpdate,
+    Pool2d,
+    Reduction,
+    RMSNorm,
+    Softmax,
+    dtype_bytes,
+)
+from gpusim.workload.precision import PrecisionPolicy
+
+
+# ------------------------------------------------------------------------------------ lowering
+
+
+def _lower_attention(f: FwdOp, training: bool) -> list[FwdOp]:
+    op = f.op
+    assert isinstance(op, Attention)
+    qk, softmax, av = replace(op, kernel="unfused").decompose()
+    group = f.recompute_group
+    q_bytes, kv_bytes = op._q_bytes(), op._kv_bytes()
+    probs_bytes = softmax.elements() * dtype_bytes(softmax.dtype)
+    out = [
+        FwdOp(f"{f.name}_qk", qk, saved_bytes=q_bytes + kv_bytes, recompute_group=group, kept_bytes=q_bytes + kv_bytes),
+        FwdOp(f"{f.name}_softmax", softmax, saved_bytes=probs_bytes, recompute_group=group),
+    ]
+    dropout = training and f.attention_dropout
+    if dropout:
+        out.append(FwdOp(f"{f.name}_dropout", Elementwise(num_elements=softmax.elements(), function="dropout",
+                                                            dtype=softmax.dtype), recompute_group=group))
+    # AV keeps V, and the dropped-out probabilities when they differ from the softmax output.
+    av_saved = kv_bytes + (probs_bytes if dropout else 0.0)
+    out.append(FwdOp(f"{f.name}_av", av, saved_bytes=av_saved, recompute_group=group, kept_bytes=kv_bytes))
+    return out
+
+
+def _result_elements(op: Op) -> int:
+    if isinstance(op, Matmul):
+        return op.batch * op.m * op.n
+    assert isinstance(op, Conv2d)
+    return op.output_elements()
+
+
+def lower_layer(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...]:
+    """Apply the fusion policy to a layer's forward ops (see the module docstring)."""
+    if fusion == "none":
+        out: list[FwdOp] = []
+        for f in ops:
+            if isinstance(f.op, Attention) and f.op.kernel == "fused" and f.op.variant == "forward":
+                out.extend(_lower_attention(f, training))
+            else:
+                out.append(f)
+        return tuple(out)
+    out = []
+    i = 0
+    while i < len(ops):
+        f = ops[i]
+        op = f.op
+        if isinstance(op, (Matmul, Conv2d)) and getattr(op, "variant", "forward") == "forward" and f.weight:
+            elements = _result_elements(op)
+            epilogue = list(op.epilogue)
+            params = f.num_parameters
+            j = i + 1
+            while j < len(ops):
+                g = ops[j].op
+                if not (isinstance(g, Elementwise) and g.num_elements == elements and len(g.functions) == 1
+                        and ELEMENTWISE_FUNCTIONS[g.function].epilogue):
+                    break
+                epilogue.append(g.function)
+                params += ops[j].num_parameters
+                j += 1
+            if j > i + 1:
+                aux = sum(1 for fn in epilogue if ELEMENTWISE_FUNCTIONS[fn].saves == "input") if training else 0
+                new_op = replace(op, epilogue=tuple(epilogue), epilogue_aux_outputs=aux)
+                out.append(replace(f, op=new_op, num_parameters=params))
+                i = j
+                continue
+        if isinstance(op, Elementwise):
+            j = i + 1
+            functions = list(op.functions)
+            params = f.num_parameters
+            broadcast = op.broadcast_elements
+            while j < len(ops):
+                g = ops[j].op
+                if not (isinstance(g, Elementwise) and g.num_elements == op.num_elements and g.dtype == op.dtype):
+                    break
+                functions.extend(g.functions)
+                params += ops[j].num_parameters
+                broadcast += g.broadcast_elements
+                j += 1
+            if j > i + 1:
+                fused = Elementwise(num_elements=op.num_elements, function="+".join(functions), dtype=op.dtype,
+                                    broadcast_elements=broadcast)
+                out.append(FwdOp(f.name, fused, num_parameters=params, input_grad=f.input_grad,
+                                 recompute_group=f.recompute_group))
+                i = j
+                continue
+        out.append(f)
+        i += 1
+    return tuple(out)
+
+
+class Lowering:
+    """Lowers each distinct layer op tuple once (identical layers share the result and its op values)."""
+
+    def __init__(self, fusion: str, training: bool) -> None:
+        self.fusion = fusion
+        self.training = training
+        self._cache: dict[int, tuple[tuple[FwdOp, ...], tuple[FwdOp, ...]]] = {}
+
+    def __call__(self, layer: Layer) -> tuple[FwdOp, ...]:
+        key = id(layer.ops)
+        hit = self._cache.get(key)
+        if hit is None or hit[0] is not layer.ops:
+            hit = (layer.ops, lower_layer(layer.ops, self.fusion, self.training))
+            self._cache[key] = hit
+        return hit[1]
+
+
+# ------------------------------------------------------------------------------------ backward
+
+
+def _vector_dtype(dtype: str) -> str:
+    return dtype if dtype in VECTOR_DTYPES else ("fp32" if dtype == "tf32" else "bf16")
+
+
+def _epilogue_backward(epilogue: tuple[str, ...], elements: int, dtype: str) -> list[tuple[str, Op]]:
+    functions = [ELEMENTWISE_FUNCTIONS[fn].backward for fn in reversed(epilogue)]
+    functions = [fn for fn in functions if fn is not None]
+    if not functions:
+        return []
+    return [("epilogue_grad", Elementwise(num_elements=elements, function="+".join(functions),
+                                          dtype=_vector_dtype(dtype)))]
+
+
+def backward_ops(f: FwdOp, grad_accumulation: bool, fusion: str) -> list[tuple[str, Op]]:
+    """The backward kernels of one forward op, in execution order, as (name suffix, op)."""
+    op = f.op
+    out: list[tuple[str, Op]] = []
+    if isinstance(op, Matmul):
+        out += _epilogue_backward(op.epilogue, op.batch * op.m * op.n, op.out_dtype)
+        if f.input_grad:
+            out.append(("dgrad", replace(op, m=op.m, n=op.k, k=op.n, transpose_b=not op.transpose_b, epilogue=(),
+                                         epilogue_aux_outputs=0, accumulate_output=False)))
+        if f.weight:
+            shared = op.num_b_matrices == 1 and op.batch > 1
+            wgrad = Matmul(m=op.k, n=op.n, k=op.m * (op.batch if shared else 1), batch=1 if shared else op.batch,
+                           dtype=op.dtype, accumulate_dtype=op.accumulate_dtype, transpose_a=True,
+                           accumulate_output=grad_accumulation)
+            # a bias in the epilogue: its gradient is reduced in the wgrad epilogue
+            if "bias_add" in op.epilogue:
+                wgrad = replace(wgrad, epilogue=())
+            out.append(("wgrad", wgrad))
+        elif f.input_grad:
+            out.append(("dgrad_b", Matmul(m=op.k, n=op.n, k=op.m, batch=op.batch, dtype=op.dtype,
+                                          accumulate_dtype=op.accumulate_dtype, transpose_a=True)))
+        return out
+    if isinstance(op, Conv2d):
+        out += _epilogue_backward(op.epilogue, op.output_elements(), op.out_dtype)
+        base = replace(op, epilogue=(), epilogue_aux_outputs=0, accumulate_output=False)
+        if f.input_grad:
+            out.append(("dgrad", replace(base, variant="dgrad")))
+        if f.weight:
+            out.append(("wgrad", replace(base, variant="wgrad", accumulate_output=grad_accumulation)))
+        return out
+    if isinstance(op, Attention):
+        return [("grad", replace(op, variant="backward"))]
+    if isinstance(op, Softmax):
+        if f.loss:
+            return [("grad", Elementwise(num_elements=op.elements(), function="cross_entropy_backward",
+                                         dtype=op.dtype))]
+        return [("grad", replace(op, variant="backward"))]
+    if isinstance(op, (LayerNorm, RMSNorm, BatchNorm)):
+        return [("grad", replace(op, variant="backward"))]
+    if isinstance(op, Elementwise):
+        functions = [ELEMENTWISE_FUNCTIONS[fn].backward for fn in reversed(op.functions)]
+        functions = [fn for fn in functions if fn is not None]
+        if functions and f.input_grad:
+            out.append(("grad", Elementwise(num_elements=op.num_elements, function="+".join(functions),
+                                            dtype=op.dtype)))
+        if "bias_add" in op.functions and op.broadcast_elements:
+            out.append(("bias_grad", Reduction(num_elements=op.num_elements, num_outputs=op.broadcast_elements,
+                                               dtype=op.dtype)))
+        return out
+    if isinstance(op, Embedding):
+        return [("grad", replace(op, variant="backward"))]
+    if isinstance(op, Pool2d):
+        return [("grad", replace(op, variant="backward"))] if f.input_grad else []
+    return []
+
+
+class BackwardCache:
+    def __init__(self, grad_accumulation: bool, fusion: str) -> None:
+        self.grad_accumulation = grad_accumulation
+        self.fusion = fusion
+        self._cache: dict[int, tuple[FwdOp, list[tuple[str, Op]]]] = {}
+
+    def __call__(self, f: FwdOp) -> list[tuple[str, Op]]:
+        hit = self._cache.get(id(f))
+        if hit is None or hit[0] is not f:
+            hit = (f, backward_ops(f, self.grad_accumulation, self.fusion))
+            self._cache[id(f)] = hit
+        return hit[1]
+
+
+# ------------------------------------------------------------------------------- expansions
+
+
+def training_nodes(layers: Sequence[Layer], *, fusion: str, checkpointing: str, micro_batches: int,
+                   optimizer: str, policy: PrecisionPolicy) -> list[OpNode]:
+    """Forward, recompute, backward and optimizer nodes of one training step (in order)."""
+    lower = Lowering(fusion, training=True)
+    backward = BackwardCache(micro_batches > 1, fusion)
+    nodes: list[OpNode] = []
+    r = micro_batches
+    for layer in layers:
+        for f in lower(layer):
+            nodes.append(OpNode(f"{layer.name}.{f.name}", f.op, (), "forward", layer.index, r))
+    for layer in reversed(layers):
+        lowered = lower(layer)
+        if checkpointing == "full" and layer.checkpointable:
+            for f in lowered:
+                nodes.append(OpNode(f"{layer.name}.{f.name}.recompute", f.op, (), "recompute", layer.index, r))
+        elif checkpointing == "selective":
+            for f in lowered:
+                if f.recompute_group is not None:
+                    nodes.append(OpNode(f"{layer.name}.{f.name}.recompute", f.op, (), "recompute", layer.index, r))
+        for f in reversed(lowered):
+            for suffix, op in backward(f):
+                nodes.append(OpNode(f"{layer.name}.{f.name}.{suffix}", op, (), "backward", layer.index, r))
+    update_cache: dict[int, OptimizerUpdate] = {}
+    for layer in layers:
+        params = layer.num_parameters()
+        if params:
+            op = update_cache.get(params)
+            if op is None:
+                op = update_cache[params] = OptimizerUpdate(
+                    num_parameters=params, optimizer=optimizer, dtype=policy.weight_dtype,
+                    master_weights=policy.master_weights)
+            nodes.append(OpNode(f"{layer.name}.optimizer", op, (), "optimizer", layer.index, 1))
+    return nodes
+
+
+def forward_nodes(layers: Sequence[Layer], *, fusion: str, phase: str, prefix: str = "",
+                  repeat: int = 1) -> list[OpNode]:
+    lower = Lowering(fusion, training=False)
+    nodes = []
+    for layer in layers:
+        for f in lower(layer):
+            nodes.append(OpNode(f"{prefix}{layer.name}.{f.name}", f.op, (), phase, layer.index, repeat))
+    return nodes
+
+
+# ------------------------------------------------------------------------------ activations
+
+
+def training_activation_bytes(layers: Sequence[Layer], *, fusion: str, checkpointing: str) -> float:
+    """Activation bytes stored by the forward of one micro-batch (see :func:`saved_bytes`).
+
+    ``full``: each checkpointable layer keeps only its input, plus the full activations of one layer
+    while it is recomputed; ``selective``: the recompute groups (the attention core) keep only their
+    inputs."""
+    lower = Lowering(fusion, training=True)
+    per_layer: dict[int, tuple[float, float]] = {}
+    total = 0.0
+    largest_recomputed = 0.0
+    for layer in layers:
+        key = id(layer.ops)
+        if key not in per_layer:
+            lowered = lower(layer)
+            per_layer[key] = (sum(saved_bytes(f) for f in lowered), sum(kept_when_recomputed(f) for f in lowered))
+        full, selective = per_layer[key]
+        if checkpointing == "full" and layer.checkpointable:
+            total += layer.input_bytes
+            largest_recomputed = max(largest_recomputed, full)
+        elif checkpointing == "selective":
+            total += selective
+        else:
+            total += full
+    return total + largest_recomputed
+
+
+def inference_activation_bytes(layers: Sequence[Layer], fusion: str) -> float:
+    """Peak live activations of a forward pass without saving: the largest layer input (the residual
+    stream) plus the largest single kernel's activation inputs and outputs (weights excluded)."""
+    lower = Lowering(fusion, training=False)
+    largest_io = 0.0
+    for layer in layers:
+        for f in lower(layer):
+            op = f.op
+            io = op.bytes_read() + op.bytes_written()
+            if isinstance(op, Matmul) and f.weight:
+                io -= op.num_b_matrices * op.k * op.n * dtype_bytes(op.dtype)
+            elif isinstance(op, Conv2d):
+                io -= op.num_weights * dtype_bytes(op.dtype)
+            largest_io = max(largest_io, io)
+    return max((l.input_bytes for l in layers), default=0.0) + largest_io
+
+
+__all__ = [
+    "lower_layer", "Lowering", "backward_ops", "training_nodes", "forward_nodes", "training_activation_bytes",
+    "inference_activation_bytes", "attention_kept_bytes", "MASK_BYTES",
+]

@@ -1,0 +1,394 @@
+"""Loading workload files (op lists and models) into :class:`Workload` values."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from gpusim.config.library import builtin_files, display_path, resolve
+from gpusim.config.loader import SET_SOURCE, apply_overrides, parse_set_items, read_yaml, validate
+from gpusim.errors import ConfigError
+from gpusim.workload import ops as O
+from gpusim.workload.expand import (
+    forward_nodes,
+    inference_activation_bytes,
+    training_activation_bytes,
+    training_nodes,
+)
+from gpusim.workload.graph import GraphError, OpNode, WorkloadGraph, chain, order_nodes
+from gpusim.workload.layers import ModelError
+from gpusim.workload.memory import LIBRARY_WORKSPACE_BYTES, MemoryFootprint, model_states
+from gpusim.workload.models import CONFIG_CLASSES
+from gpusim.workload.models import cnn, mlp, resnet
+from gpusim.workload.models import transformer as T
+from gpusim.workload.precision import PrecisionPolicy, policy as precision_policy
+from gpusim.workload.spec import (
+    LANGUAGE_MODELS,
+    OP_SPECS,
+    ModelWorkloadSpec,
+    OpsWorkloadSpec,
+)
+
+
+@dataclass(frozen=True)
+class FusionSummary:
+    """What fusion ``default`` saved against fusion ``none`` (zero for ``none`` and op lists)."""
+
+    mode: str
+    num_kernels_removed: int
+    bytes_saved: float
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A loaded workload: its graph and, for models, the numbers the engine and reports need.
+
+    ``model_flop_per_step`` is the MFU numerator: forward + backward model FLOP of the step without
+    recompute and optimizer (training), or the forward FLOP (inference). ``samples_per_step`` is
+    micro-batch x gradient-accumulation steps (training) or the number of requests (inference);
+    ``tokens_per_step`` counts tokens of language models (prompt + generated for inference)."""
+
+    name: str
+    kind: str
+    mode: str | None
+    graph: WorkloadGraph
+    spec: Any
+    source: str
+    description: str
+    num_parameters: int
+    samples_per_step: int
+    tokens_per_step: int | None
+    model_flop_per_step: float
+    memory: MemoryFootprint
+    fusion: FusionSummary
+    precision: str | None = None
+    parallelism: Any = None
+    details: dict = field(default_factory=dict, compare=False)
+
+    def flop_per_step(self) -> float:
+        """Every FLOP of the step: training forward + backward + recompute + optimizer; inference the
+        forward passes (prefill and every decode step)."""
+        return self.graph.total_flop()
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready description (SI units)."""
+        g = self.graph
+        return {
+            "name": self.name,
+            "source": self.source,
+            "description": self.description,
+            "kind": self.kind,
+            "mode": self.mode,
+            "precision": self.precision,
+            "num_parameters": self.num_parameters,
+            "samples_per_step": self.samples_per_step,
+            "tokens_per_step": self.tokens_per_step,
+            "flop_per_step": self.flop_per_step(),
+            "model_flop_per_step": self.model_flop_per_step,
+            "executed_flop_per_step": g.total_executed_flop(),
+            "matrix_flop_per_step": g.total_matrix_flop(),
+            "bytes_read_per_step": g.total_bytes_read(),
+            "bytes_written_per_step": g.total_bytes_written(),
+            "num_kernels": g.num_kernels(),
+            "num_nodes": len(g),
+            "num_distinct_ops": len(g.distinct_ops()),
+            "memory": self.memory.to_dict(),
+            "fusion": {"mode": self.fusion.mode, "num_kernels_removed": self.fusion.num_kernels_removed,
+                       "bytes_saved": self.fusion.bytes_saved},
+            "parallelism": self.parallelism.model_dump() if self.parallelism is not None else None,
+            "by_kind": g.summary_by("kind"),
+            "by_phase": g.summary_by("phase"),
+            **({"details": self.details} if self.details else {}),
+        }
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def list_workloads() -> list[tuple[str, Path]]:
+    return sorted(builtin_files("workloads").items())
+
+
+def _prefixed(exc: ConfigError, prefix: str) -> ConfigError:
+    return ConfigError(exc.source, f"{prefix}.{exc.key_path}" if exc.key_path else prefix, exc.message)
+
+
+def _pairs(overrides: Sequence[Any] | Iterable[str]) -> list[tuple[str, Any]]:
+    items = list(overrides)
+    if all(isinstance(o, tuple) for o in items):
+        return items  # type: ignore[return-value]
+    return parse_set_items(str(o) for o in items)
+
+
+def _apply_op_overrides(data: dict[str, Any], pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """``ops.<index or name>.<key>=value`` changes one op of a list; other keys are returned."""
+    rest = []
+    ops = data.get("ops")
+    for key, value in pairs:
+        parts = key.split(".")
+        if parts[0] != "ops":
+            rest.append((key, value))
+            continue
+        if len(parts) != 3 or not isinstance(ops, list):
+            raise ConfigError(SET_SOURCE, key, "expected ops.<index or name>.<key>")
+        target = None
+        if parts[1].isdigit() and int(parts[1]) < len(ops):
+            target = ops[int(parts[1])]
+        else:
+            target = next((o for o in ops if isinstance(o, dict) and o.get("name") == parts[1]), None)
+        if not isinstance(target, dict):
+            raise ConfigError(SET_SOURCE, key, f"no op {parts[1]!r} in this workload")
+        target[parts[2]] = value
+    return rest
+
+
+# ------------------------------------------------------------------------------------ loading
+
+
+def load_workload(name_or_path: str | Path, overrides: Sequence[Any] | Iterable[str] = ()) -> Workload:
+    """Load and build a workload: a built-in stem (``gpt3_175b_train``) or a file path.
+
+    ``overrides`` are ``KEY.PATH=VALUE`` strings (or parsed pairs): ``batch_size=16``,
+    ``config.num_layers=2``, ``precision=fp8``, ``ops.gemm.m=4096``. Every problem is a one-line
+    ConfigError naming the file and key."""
+    pairs = _pairs(overrides)
+    path = resolve(name_or_path, "workloads")
+    source = display_path(path, "workloads")
+    data = read_yaml(path)
+    if "kind" in data:
+        raise ConfigError(source, "kind", "workload files have no kind: key (is this a hardware description?)")
+    if "ops" in data and "model" in data:
+        raise ConfigError(source, "", "a workload has either ops: (an op list) or model: (a model), not both")
+    if "ops" not in data and "model" not in data:
+        raise ConfigError(source, "", "a workload needs ops: (an op list) or model: (a model)")
+    if "schema_version" not in data:
+        raise ConfigError(source, "schema_version", "missing required key (this gpusim reads schema_version: 1)")
+    if data["schema_version"] != 1:
+        raise ConfigError(source, "schema_version",
+                          f"unsupported version {data['schema_version']!r}; this gpusim reads 1")
+    for key, _ in pairs:
+        if key.split(".")[0] in ("schema_version", "model", "ops") and "." not in key:
+            raise ConfigError(SET_SOURCE, key, "cannot be overridden")
+    if "ops" in data:
+        pairs = _apply_op_overrides(data, pairs)
+        data = apply_overrides(data, pairs)
+        return _load_ops(data, source, pairs)
+    data = apply_overrides(data, pairs)
+    return _load_model(data, source, pairs)
+
+
+def _load_ops(data: dict[str, Any], source: str, pairs: list[tuple[str, Any]]) -> Workload:
+    entries = data["ops"]
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(source, "ops", "must be a non-empty list of ops")
+    specs = []
+    ops: list[O.Op] = []
+    for i, entry in enumerate(entries):
+        where = f"ops.{i}"
+        if not isinstance(entry, dict):
+            raise ConfigError(source, where, f"expected a mapping of keys, got {entry!r}")
+        kind = entry.get("op")
+        if kind is None:
+            raise ConfigError(source, f"{where}.op", f"missing required key (one of: {', '.join(OP_SPECS)})")
+        if kind not in OP_SPECS:
+            close = difflib.get_close_matches(str(kind), list(OP_SPECS), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else f"; expected one of: {', '.join(OP_SPECS)}"
+            raise ConfigError(source, f"{where}.op", f"unknown op {kind!r}{hint}")
+        try:
+            spec = validate(OP_SPECS[kind], entry, source)
+        except ConfigError as exc:
+            raise _prefixed(exc, where) from None
+        try:
+            op = O.OP_CLASSES[kind](**spec.op_fields())
+        except ValueError as exc:
+            message = str(exc)
+            message = message.split(": ", 1)[1] if message.startswith(f"{kind}: ") else message
+            raise ConfigError(source, where, message) from None
+        specs.append(spec)
+        ops.append(op)
+    document = dict(data)
+    document["ops"] = specs
+    top = validate(OpsWorkloadSpec, document, source, pairs)
+    nodes = []
+    for i, (spec, op) in enumerate(zip(specs, ops)):
+        after = spec.after if spec.after is not None else ((specs[i - 1].name,) if i else ())
+        nodes.append(OpNode(spec.name, op, tuple(after), "single", None, spec.repeat))
+    try:
+        graph = order_nodes(nodes)
+    except GraphError as exc:
+        index = next((i for i, s in enumerate(specs) if s.name == exc.node), None)
+        if exc.field == "name":
+            index = max(i for i, s in enumerate(specs) if s.name == exc.node)
+        raise ConfigError(source, f"ops.{index}.{exc.field}", str(exc)) from None
+    largest = max((n.op.bytes_read() + n.op.bytes_written() for n in graph.nodes), default=0.0)
+    memory = MemoryFootprint(0.0, 0.0, 0.0, largest, 0.0, 0.0)
+    return Workload(
+        name=top.name, kind="ops", mode=None, graph=graph, spec=top, source=source, description=top.description,
+        num_parameters=0, samples_per_step=1, tokens_per_step=None, model_flop_per_step=graph.total_flop(),
+        memory=memory, fusion=FusionSummary("none", 0, 0.0),
+    )
+
+
+def _load_model(data: dict[str, Any], source: str, pairs: list[tuple[str, Any]]) -> Workload:
+    raw_config = data.get("config")
+    top_data = dict(data)
+    top_data["config"] = None
+    top = validate(ModelWorkloadSpec, top_data, source, [p for p in pairs if not p[0].startswith("config.")])
+    if raw_config is None:
+        raw_config = {}
+    if not isinstance(raw_config, dict):
+        raise ConfigError(source, "config", f"expected a mapping of keys, got {raw_config!r}")
+    config_pairs = [(k[len("config."):], v) for k, v in pairs if k.startswith("config.")]
+    try:
+        cfg = validate(CONFIG_CLASSES[top.model], raw_config, source, config_pairs)
+    except ConfigError as exc:
+        raise _prefixed(exc, "config") from None
+    spec = top.model_copy(update={"config": cfg})
+    try:
+        return _build_model(spec, cfg, source)
+    except ModelError as exc:
+        raise ConfigError(source, exc.key_path, exc.message) from None
+
+
+def _check_parallelism(spec: ModelWorkloadSpec, r: T.Resolved | None, num_layers: int) -> None:
+    par = spec.parallelism
+    if r is not None and r.num_heads % par.tensor:
+        raise ModelError("parallelism.tensor", f"num_heads {r.num_heads} is not divisible by tensor {par.tensor}")
+    if par.pipeline > num_layers:
+        raise ModelError("parallelism.pipeline", f"pipeline {par.pipeline} is larger than the {num_layers} layers")
+
+
+def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
+    p = precision_policy(spec.precision)
+    training = spec.mode == "train"
+    batch = spec.batch_size
+    ga = spec.gradient_accumulation_steps
+    par = spec.parallelism
+    details: dict[str, Any] = {}
+    kv_bytes = 0.0
+    tokens: int | None = None
+    r: T.Resolved | None = None
+    if spec.model in LANGUAGE_MODELS:
+        r = T.resolve(spec.model, cfg)
+        _check_parallelism(spec, r, r.num_layers)
+        if training:
+            layers = T.build_layers(r, p, batch=batch, seq_q=r.seq_len, seq_kv=r.seq_len, training=True)
+            tokens = batch * r.seq_len * ga
+        else:
+            prompt = spec.prompt_len or r.seq_len
+            if r.position_embedding == "learned" and prompt + spec.generate_len > r.seq_len:
+                raise ModelError("prompt_len", f"prompt_len + generate_len ({prompt + spec.generate_len}) exceeds "
+                                 f"the {r.seq_len} learned positions (config.seq_len)")
+            tokens = batch * (prompt + spec.generate_len)
+            details["prompt_len"] = prompt
+            details["generate_len"] = spec.generate_len
+    else:
+        if spec.model == "resnet":
+            build = resnet.build_layers
+        elif spec.model == "mlp":
+            build = mlp.build_layers
+        else:
+            build = cnn.build_layers
+        layers = build(cfg, p, batch=batch, training=training)
+        _check_parallelism(spec, None, sum(1 for l in layers if l.checkpointable) or 1)
+
+    def make_nodes(fusion: str) -> list[OpNode]:
+        if training:
+            return training_nodes(layers, fusion=fusion, checkpointing=spec.activation_checkpointing,
+                                  micro_batches=ga, optimizer=spec.optimizer_name, policy=p)
+        if r is None:
+            return forward_nodes(layers, fusion=fusion, phase="forward")
+        return _inference_nodes(spec, r, p, fusion, details)
+
+    if not training and r is not None:
+        lm = r.head == "lm"
+        prompt = details["prompt_len"]
+        layers = T.build_layers(r, p, batch=batch, seq_q=prompt, seq_kv=prompt, training=False,
+                                logits_tokens=batch if lm else None, kv_append=lm)
+        if lm:
+            kv_dtype = spec.kv_cache_dtype or p.activation_dtype
+            kv_bytes = T.kv_cache_bytes(r, batch=batch, context=prompt + spec.generate_len, dtype=kv_dtype)
+            kv_bytes /= min(par.tensor, r.num_kv_heads) * par.pipeline
+
+    nodes = make_nodes(spec.fusion)
+    graph = WorkloadGraph(chain(nodes))
+    if spec.fusion == "default":
+        baseline = make_nodes("none")
+        base_bytes = sum(n.bytes_read() + n.bytes_written() for n in baseline)
+        fusion = FusionSummary("default", sum(n.repeat for n in baseline) - graph.num_kernels(),
+                               base_bytes - graph.total_bytes())
+    else:
+        fusion = FusionSummary("none", 0, 0.0)
+
+    num_parameters = sum(l.num_parameters() for l in layers)
+    if training:
+        model_flop = float(sum(n.flop() for n in graph.nodes if n.phase in ("forward", "backward")))
+    else:
+        model_flop = graph.total_flop()
+
+    # memory
+    from gpusim.workload.ops import OptimizerUpdate, dtype_bytes
+    if training:
+        state = OptimizerUpdate(num_parameters=1, optimizer=spec.optimizer_name, dtype=p.weight_dtype,
+                                master_weights=p.master_weights).state_bytes_per_parameter()
+        weights, grads, optim = model_states(
+            num_parameters, training=True, weight_bytes=dtype_bytes(p.weight_dtype),
+            grad_bytes=dtype_bytes(p.grad_dtype), optimizer_state_bytes=state, tensor=par.tensor,
+            pipeline=par.pipeline, data=par.data, zero_stage=par.zero_stage)
+        activations = training_activation_bytes(layers, fusion=spec.fusion, checkpointing=spec.activation_checkpointing)
+        in_flight = min(par.pipeline, ga)
+        activations = activations / par.tensor * in_flight / par.pipeline
+    else:
+        weights, grads, optim = model_states(num_parameters, training=False,
+                                             weight_bytes=dtype_bytes(p.inference_weight_dtype),
+                                             grad_bytes=0, optimizer_state_bytes=0, tensor=par.tensor,
+                                             pipeline=par.pipeline)
+        activations = inference_activation_bytes(layers, spec.fusion) / par.tensor
+    largest_output = max((n.op.bytes_written() for n in graph.nodes if n.phase != "optimizer"), default=0.0)
+    workspace = LIBRARY_WORKSPACE_BYTES + largest_output / par.tensor
+    memory = MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace)
+
+    samples = batch * ga if training else batch
+    return Workload(
+        name=spec.name, kind="model", mode=spec.mode, graph=graph, spec=spec, source=source,
+        description=spec.description, num_parameters=int(num_parameters), samples_per_step=samples,
+        tokens_per_step=tokens, model_flop_per_step=model_flop, memory=memory, fusion=fusion,
+        precision=spec.precision, parallelism=par, details=details,
+    )
+
+
+def decode_buckets(prompt: int, generate: int, buckets: int) -> list[tuple[int, int]]:
+    """(number of steps, context length) per bucket. Step j (0-based) attends to prompt + j + 1 keys
+    (the cache plus the new token); a bucket runs at the rounded mean context of its steps, so the
+    attention FLOP and KV bytes, linear in the context, are exact up to that rounding."""
+    buckets = max(1, min(buckets, generate))
+    out = []
+    start = 0
+    for b in range(buckets):
+        end = round(generate * (b + 1) / buckets)
+        steps = end - start
+        if steps > 0:
+            mean_context = prompt + (start + end - 1) / 2 + 1
+            out.append((steps, int(round(mean_context))))
+        start = end
+    return out
+
+
+def _inference_nodes(spec: ModelWorkloadSpec, r: T.Resolved, p: PrecisionPolicy, fusion: str,
+                     details: dict[str, Any]) -> list[OpNode]:
+    batch = spec.batch_size
+    prompt = details["prompt_len"]
+    lm = r.head == "lm"
+    layers = T.build_layers(r, p, batch=batch, seq_q=prompt, seq_kv=prompt, training=False,
+                            logits_tokens=batch if lm else None, kv_append=lm)
+    nodes = forward_nodes(layers, fusion=fusion, phase="prefill" if lm else "forward",
+                          prefix="prefill." if lm else "")
+    plan = decode_buckets(prompt, spec.generate_len, spec.decode_buckets) if spec.generate_len else []
+    details["decode_buckets"] = [{"num_steps": s, "context_len": c} for s, c in plan]
+    for j, (steps, context) in enumerate(plan):
+        dl = T.build_layers(r, p, batch=batch, seq_q=1, seq_kv=context, training=False, logits_tokens=batch,
+                            kv_append=True, host_input=False)
+        nodes += forward_nodes(dl, fusion=fusion, phase="decode", prefix=f"decode{j}.", repeat=steps)
+    return nodes

@@ -1,0 +1,46 @@
+"""Precision policies: which dtype each kind of op computes and stores in.
+
+* ``fp32``: everything FP32.
+* ``tf32``: FP32 storage, TF32 tensor-core matmuls (PyTorch ``allow_tf32``).
+* ``fp16`` / ``bf16``: 16-bit weights, activations and gradients; training keeps FP32 master weights
+  and FP32 optimizer states (Micikevicius et al. 2018, "Mixed Precision Training").
+* ``fp8``: FP8 GEMM inputs with BF16 outputs and BF16 everything else, as NVIDIA Transformer Engine
+  does; training keeps BF16 working weights plus FP32 master weights; inference stores FP8 weights.
+  Attention runs in BF16 (FlashAttention-2). The FP8 cast kernels are not modelled as separate
+  kernels (Transformer Engine fuses most of them into the neighbouring norm or activation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8")
+
+
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    name: str
+    matmul_dtype: str
+    """GEMM and convolution inputs."""
+    attention_dtype: str
+    activation_dtype: str
+    """Element-wise, normalization and softmax kernels; saved activations."""
+    weight_dtype: str
+    """Working weights in training (what the forward reads)."""
+    inference_weight_dtype: str
+    grad_dtype: str
+    master_weights: bool
+    """Training keeps an FP32 master copy of the weights (mixed precision)."""
+
+    def weight_bytes_dtype(self, training: bool) -> str:
+        return self.weight_dtype if training else self.inference_weight_dtype
+
+
+def policy(name: str) -> PrecisionPolicy:
+    if name in ("fp32", "tf32"):
+        return PrecisionPolicy(name, name, name, "fp32", "fp32", "fp32", "fp32", False)
+    if name in ("fp16", "bf16"):
+        return PrecisionPolicy(name, name, name, name, name, name, name, True)
+    if name == "fp8":
+        return PrecisionPolicy(name, "fp8", "bf16", "bf16", "bf16", "fp8", "bf16", True)
+    raise ValueError(f"unknown precision {name!r}; expected one of {', '.join(PRECISIONS)}")

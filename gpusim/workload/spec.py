@@ -1,0 +1,365 @@
+"""The workload file schema (schema_version 1): single-op / op-list files and model files.
+
+An op-list file::
+
+    schema_version: 1
+    name: gemm-8192-bf16
+    ops:
+      - {name: gemm, op: matmul, m: 8192, n: 8192, k: 8192, dtype: bf16}
+
+Ops run in file order unless ``after: [names]`` says otherwise (``after: []``: no dependency).
+``repeat: N`` runs an op N times back to back.
+
+A model file names a builder (``model:``) and its ``config:``; see :class:`ModelWorkloadSpec`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BeforeValidator, Field, model_validator
+
+from gpusim.config.hardware import DTYPES
+from gpusim.config.types import Spec, count, field_error
+from gpusim.workload import ops as O
+from gpusim.workload.precision import PRECISIONS
+
+
+def _dtype(value: Any) -> Any:
+    if isinstance(value, str) and value not in DTYPES:
+        raise ValueError(f"unknown dtype {value!r}; expected one of {', '.join(DTYPES)}")
+    if not isinstance(value, str):
+        raise ValueError(f"expected a dtype name such as bf16, got {value!r}")
+    return value
+
+
+Dtype = Annotated[str, BeforeValidator(_dtype)]
+Size = count(le=10**13)
+SmallCount = count(le=10**9)
+NumBytes = Annotated[float, BeforeValidator(lambda v: _num_bytes(v)), Field(gt=0, le=1e18)]
+
+
+def _num_bytes(value: Any) -> Any:
+    from gpusim.units import parse_quantity
+
+    if isinstance(value, bool):
+        raise ValueError("expected a data size, got a boolean")
+    if isinstance(value, (str, int, float)):
+        return parse_quantity(value, "bytes")
+    return value
+
+
+ALLOWED_DTYPES: dict[str, tuple[str, ...]] = {
+    "matmul": O.FLOAT_DTYPES + ("int8",),
+    "conv2d": O.FLOAT_DTYPES + ("int8",),
+    "attention": ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8"),
+    "softmax": O.VECTOR_DTYPES, "layernorm": O.VECTOR_DTYPES, "rmsnorm": O.VECTOR_DTYPES,
+    "batchnorm": O.VECTOR_DTYPES, "elementwise": O.VECTOR_DTYPES, "reduction": O.VECTOR_DTYPES,
+    "pool2d": O.VECTOR_DTYPES, "embedding": ("fp64", "fp32", "fp16", "bf16", "fp8"),
+    "optimizer_update": ("fp32", "fp16", "bf16"),
+}
+
+
+class OpSpecBase(Spec):
+    name: str = Field(min_length=1, max_length=200)
+    after: Optional[tuple[str, ...]] = None
+    """Names of ops this one waits for; absent: the previous op in the file."""
+    repeat: SmallCount = 1
+
+    @model_validator(mode="after")
+    def _dtype_allowed(self) -> "OpSpecBase":
+        kind = getattr(self, "op")
+        allowed = ALLOWED_DTYPES.get(kind)
+        dtype = getattr(self, "dtype", None)
+        if allowed is not None and dtype is not None and dtype not in allowed:
+            raise field_error("dtype", f"{kind} cannot use dtype {dtype} (allowed: {', '.join(allowed)})")
+        return self
+
+    def op_fields(self) -> dict[str, Any]:
+        return {k: v for k, v in self.model_dump().items() if k not in ("name", "after", "repeat", "op")}
+
+
+class MatmulSpec(OpSpecBase):
+    op: Literal["matmul"]
+    m: Size
+    n: Size
+    k: Size
+    batch: Size = 1
+    dtype: Dtype
+    accumulate_dtype: Optional[Literal["fp16", "fp32", "fp64", "int32"]] = None
+    transpose_a: bool = False
+    transpose_b: bool = False
+    b_batch: Optional[Size] = None
+
+    @model_validator(mode="after")
+    def _accumulate(self) -> "MatmulSpec":
+        acc = self.accumulate_dtype
+        if acc == "fp16" and self.dtype != "fp16":
+            raise field_error("accumulate_dtype", f"fp16 accumulation needs dtype fp16 (got {self.dtype})")
+        if (acc == "int32") != (self.dtype == "int8") and acc is not None:
+            raise field_error("accumulate_dtype", "int32 accumulation goes with (and only with) dtype int8")
+        if acc == "fp64" and self.dtype != "fp64":
+            raise field_error("accumulate_dtype", "fp64 accumulation needs dtype fp64")
+        if self.b_batch is not None and self.b_batch > self.batch:
+            raise field_error("b_batch", f"b_batch {self.b_batch} is larger than batch {self.batch}")
+        return self
+
+    def op_fields(self) -> dict[str, Any]:
+        d = super().op_fields()
+        if d["accumulate_dtype"] is None:
+            d["accumulate_dtype"] = {"int8": "int32", "fp64": "fp64"}.get(self.dtype, "fp32")
+        return d
+
+
+class Conv2dSpec(OpSpecBase):
+    op: Literal["conv2d"]
+    batch: Size
+    in_channels: Size
+    out_channels: Size
+    height: Size
+    width: Size
+    kernel_size: count(le=1024)
+    stride: count(le=1024) = 1
+    padding: count(ge=0, le=1024) = 0
+    groups: Size = 1
+    dtype: Dtype
+
+
+class AttentionSpec(OpSpecBase):
+    op: Literal["attention"]
+    batch: Size
+    heads: count(le=10**6)
+    kv_heads: Optional[count(le=10**6)] = None
+    seq_len_q: Size
+    seq_len_kv: Size
+    head_dim: count(le=10**6)
+    causal: bool = False
+    dtype: Dtype
+    kernel: Literal["fused", "unfused"] = "fused"
+
+
+class _RowSpec(OpSpecBase):
+    rows: Size
+    cols: Size
+    dtype: Dtype
+
+
+class SoftmaxSpec(_RowSpec):
+    op: Literal["softmax"]
+
+
+class LayerNormSpec(_RowSpec):
+    op: Literal["layernorm"]
+
+
+class RMSNormSpec(_RowSpec):
+    op: Literal["rmsnorm"]
+
+
+class BatchNormSpec(_RowSpec):
+    op: Literal["batchnorm"]
+
+
+class ElementwiseSpec(OpSpecBase):
+    op: Literal["elementwise"]
+    num_elements: Size
+    function: str
+    dtype: Dtype
+
+    @model_validator(mode="after")
+    def _function(self) -> "ElementwiseSpec":
+        for f in self.function.split("+"):
+            if f not in O.ELEMENTWISE_FUNCTIONS:
+                import difflib
+                close = difflib.get_close_matches(f, list(O.ELEMENTWISE_FUNCTIONS), n=1)
+                hint = f"; did you mean {close[0]}?" if close else \
+                    f"; expected one of {', '.join(O.ELEMENTWISE_FUNCTIONS)}"
+                raise field_error("function", f"unknown element-wise function {f!r}{hint}")
+        return self
+
+
+class EmbeddingSpec(OpSpecBase):
+    op: Literal["embedding"]
+    num_tokens: Size
+    vocab_size: Size
+    hidden_size: Size
+    dtype: Dtype
+
+
+class ReductionSpec(OpSpecBase):
+    op: Literal["reduction"]
+    num_elements: Size
+    num_outputs: Size = 1
+    function: Literal["sum", "mean", "max", "min"] = "sum"
+    dtype: Dtype
+
+    @model_validator(mode="after")
+    def _outputs(self) -> "ReductionSpec":
+        if self.num_outputs > self.num_elements:
+            raise field_error("num_outputs", "more outputs than input elements")
+        return self
+
+
+class Pool2dSpec(OpSpecBase):
+    op: Literal["pool2d"]
+    batch: Size
+    channels: Size
+    height: Size
+    width: Size
+    kernel_size: count(le=100_000)
+    stride: count(le=100_000) = 1
+    padding: count(ge=0, le=100_000) = 0
+    function: Literal["max", "avg"] = "max"
+    dtype: Dtype
+
+
+class OptimizerUpdateSpec(OpSpecBase):
+    op: Literal["optimizer_update"]
+    num_parameters: Size
+    optimizer: Literal["sgd", "momentum", "adam", "adamw"]
+    dtype: Dtype
+    master_weights: bool = False
+
+
+class _BytesSpec(OpSpecBase):
+    num_bytes: NumBytes
+    dtype: Dtype = "bf16"
+
+
+class CopySpec(_BytesSpec):
+    op: Literal["copy"]
+
+
+class HostToDeviceSpec(_BytesSpec):
+    op: Literal["host_to_device"]
+
+
+class DeviceToHostSpec(_BytesSpec):
+    op: Literal["device_to_host"]
+
+
+class _CollectiveSpec(_BytesSpec):
+    num_gpus: count(le=10**7)
+
+
+class AllReduceSpec(_CollectiveSpec):
+    op: Literal["all_reduce"]
+
+
+class AllGatherSpec(_CollectiveSpec):
+    op: Literal["all_gather"]
+
+
+class ReduceScatterSpec(_CollectiveSpec):
+    op: Literal["reduce_scatter"]
+
+
+class AllToAllSpec(_CollectiveSpec):
+    op: Literal["all_to_all"]
+
+
+class SendRecvSpec(_CollectiveSpec):
+    op: Literal["send_recv"]
+    num_gpus: count(ge=2, le=10**7) = 2
+
+
+OP_SPECS: dict[str, type[OpSpecBase]] = {
+    "matmul": MatmulSpec, "conv2d": Conv2dSpec, "attention": AttentionSpec, "softmax": SoftmaxSpec,
+    "layernorm": LayerNormSpec, "rmsnorm": RMSNormSpec, "batchnorm": BatchNormSpec, "elementwise": ElementwiseSpec,
+    "embedding": EmbeddingSpec, "reduction": ReductionSpec, "pool2d": Pool2dSpec,
+    "optimizer_update": OptimizerUpdateSpec, "copy": CopySpec, "host_to_device": HostToDeviceSpec,
+    "device_to_host": DeviceToHostSpec, "all_reduce": AllReduceSpec, "all_gather": AllGatherSpec,
+    "reduce_scatter": ReduceScatterSpec, "all_to_all": AllToAllSpec, "send_recv": SendRecvSpec,
+}
+assert set(OP_SPECS) == set(O.OP_CLASSES)
+
+OpSpec = Annotated[Union[tuple(OP_SPECS.values())], Field(discriminator="op")]  # type: ignore[valid-type]
+
+
+class OpsWorkloadSpec(Spec):
+    schema_version: Literal[1]
+    name: str = Field(min_length=1)
+    description: str = ""
+    ops: tuple[OpSpec, ...] = Field(min_length=1)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+
+class ParallelismSpec(Spec):
+    """A parallel layout; used now to shard the memory footprint (the multi-GPU engine simulates it)."""
+
+    data: count(le=10**7) = 1
+    tensor: count(le=10**5) = 1
+    pipeline: count(le=10**5) = 1
+    zero_stage: Literal[0, 1, 2, 3] = 0
+    """ZeRO (Rajbhandari et al. 2020): 1 shards optimizer states, 2 also gradients, 3 (= FSDP) also weights,
+    over the data-parallel GPUs."""
+
+    @property
+    def num_gpus(self) -> int:
+        return self.data * self.tensor * self.pipeline
+
+
+MODEL_NAMES = ("gpt", "bert", "llama", "moe", "resnet", "mlp", "cnn")
+LANGUAGE_MODELS = ("gpt", "bert", "llama", "moe")
+
+
+class ModelWorkloadSpec(Spec):
+    schema_version: Literal[1]
+    name: str = Field(min_length=1)
+    description: str = ""
+    model: Literal[MODEL_NAMES]  # type: ignore[valid-type]
+    config: Any = None
+    """The builder's settings (validated by the builder's own schema)."""
+    mode: Literal["train", "inference"]
+    batch_size: count(le=10**9)
+    """Per-GPU micro-batch (train) or concurrent requests (inference)."""
+    precision: Literal[PRECISIONS] = "bf16"  # type: ignore[valid-type]
+    optimizer: Optional[Literal["sgd", "momentum", "adam", "adamw"]] = None
+    """Training only; default adamw."""
+    activation_checkpointing: Literal["none", "selective", "full"] = "none"
+    gradient_accumulation_steps: count(le=10**6) = 1
+    fusion: Literal["none", "default"] = "default"
+    prompt_len: Optional[count(le=10**8)] = None
+    """Inference of language models: prompt tokens per request (default config.seq_len)."""
+    generate_len: count(ge=0, le=10**8) = 0
+    """Inference of causal language models: tokens decoded per request after the prompt."""
+    decode_buckets: count(le=10_000) = 4
+    """Decode steps are grouped into this many context-length buckets (each simulated at its mean context)."""
+    kv_cache_dtype: Optional[Dtype] = None
+    parallelism: ParallelismSpec = Field(default_factory=ParallelismSpec)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _mode_keys(self) -> "ModelWorkloadSpec":
+        if self.mode == "inference":
+            if self.optimizer is not None:
+                raise field_error("optimizer", "only applies to mode: train")
+            if self.activation_checkpointing != "none":
+                raise field_error("activation_checkpointing", "only applies to mode: train")
+            if self.gradient_accumulation_steps != 1:
+                raise field_error("gradient_accumulation_steps", "only applies to mode: train")
+        else:
+            for key in ("prompt_len", "kv_cache_dtype"):
+                if getattr(self, key) is not None:
+                    raise field_error(key, "only applies to mode: inference")
+            if self.generate_len:
+                raise field_error("generate_len", "only applies to mode: inference")
+        if self.model not in LANGUAGE_MODELS:
+            for key in ("prompt_len", "kv_cache_dtype"):
+                if getattr(self, key) is not None:
+                    raise field_error(key, f"only applies to language models, not {self.model}")
+            if self.generate_len:
+                raise field_error("generate_len", f"only applies to language models, not {self.model}")
+        if self.model == "bert" and self.generate_len:
+            raise field_error("generate_len", "BERT is an encoder; it does not decode tokens")
+        if self.activation_checkpointing == "selective" and self.model not in LANGUAGE_MODELS:
+            raise field_error("activation_checkpointing", "selective checkpointing (of the attention core) applies "
+                              "to transformer models; use none or full")
+        if self.decode_buckets > max(self.generate_len, 1) and "decode_buckets" in self.model_fields_set:
+            raise field_error("decode_buckets", f"more buckets ({self.decode_buckets}) than decode steps "
+                              f"(generate_len {self.generate_len})")
+        return self
+
+    @property
+    def optimizer_name(self) -> str:
+        return self.optimizer or "adamw"

@@ -1,0 +1,34 @@
+"""``gpusim workload list | show``."""
+
+from __future__ import annotations
+
+import json
+
+from gpusim.cli import main
+
+
+def test_list(capsys):
+    assert main(["workload", "list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("gpt3_175b_train", "llama2_7b_inference", "resnet50_train", "gemm_8192_bf16"):
+        assert name in out
+
+
+def test_show_json_has_contract_keys(capsys):
+    assert main(["workload", "show", "bert_large_train", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["num_parameters"] > 3e8
+    assert info["flop_per_step"] > 0 and info["num_kernels"] > 0
+    for key in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "total_bytes"):
+        assert info["memory"][key] >= 0
+
+
+def test_show_text_with_hardware(capsys):
+    assert main(["workload", "show", "llama2_7b_inference", "--hw", "h100_sxm5_80gb"]) == 0
+    out = capsys.readouterr().out
+    assert "matmul" in out and "decode" in out and "fits" in out
+
+
+def test_show_set_error_exit_2(capsys):
+    assert main(["workload", "show", "gpt3_175b_train", "--set", "precision=fp9"]) == 2
+    assert "precision" in capsys.readouterr().err

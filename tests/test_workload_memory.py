@@ -1,0 +1,83 @@
+"""Memory footprints: model states per parameter, checkpointing, KV cache, sharding, fits."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpusim.workload import MemoryFootprint, fits, load_workload
+
+
+def test_mixed_precision_adam_is_16_bytes_per_parameter():
+    w = load_workload("gpt2_large_train")
+    m = w.memory
+    n = w.num_parameters
+    assert m.weights_bytes == 2 * n
+    assert m.gradients_bytes == 2 * n
+    assert m.optimizer_bytes == 12 * n
+    assert (m.weights_bytes + m.gradients_bytes + m.optimizer_bytes) / n == 16
+
+
+def test_fp32_adam_and_sgd_states():
+    adam = load_workload("cnn_mnist")  # fp32, adam: 4 + 4 + 8
+    n = adam.num_parameters
+    assert (adam.memory.weights_bytes, adam.memory.gradients_bytes, adam.memory.optimizer_bytes) == (4 * n, 4 * n, 8 * n)
+    sgd = load_workload("mlp_mnist")  # fp32 sgd: no state
+    assert sgd.memory.optimizer_bytes == 0
+
+
+def test_full_checkpointing_uses_less_memory():
+    for name in ("gpt3_175b_train", "resnet50_train", "llama3_8b_train"):
+        none = load_workload(name, ["activation_checkpointing=none"])
+        full = load_workload(name, ["activation_checkpointing=full"])
+        assert full.memory.activations_bytes < none.memory.activations_bytes
+        assert full.memory.total_bytes < none.memory.total_bytes
+
+
+def test_selective_sits_between_for_unfused_attention():
+    vals = [load_workload("gpt2_large_train", ["fusion=none", f"activation_checkpointing={c}"]).memory.activations_bytes
+            for c in ("none", "selective", "full")]
+    assert vals[0] > vals[1] > vals[2]
+
+
+def test_activations_match_korthikanti_formula_without_fusion():
+    # per layer s*b*h*(34 + 5*a*s/h) bytes with 16-bit activations (Korthikanti et al. 2022, eq. 1)
+    s, b, h, a, layers = 1024, 4, 1280, 20, 36
+    w = load_workload("gpt2_large_train", ["fusion=none"])
+    per_layer = s * b * h * (34 + 5 * a * s / h)
+    body = w.memory.activations_bytes
+    assert body == pytest.approx(layers * per_layer, rel=0.1)
+    assert body > layers * per_layer  # plus embedding and logits
+
+
+def test_kv_cache_bytes():
+    w = load_workload("llama2_7b_inference")
+    # 2 (K and V) x layers x heads x head_dim x tokens x requests x 2 bytes
+    assert w.memory.kv_cache_bytes == 2 * 32 * 32 * 128 * (512 + 128) * 8 * 2
+    assert w.memory.gradients_bytes == 0 and w.memory.optimizer_bytes == 0
+    assert w.memory.weights_bytes == 2 * w.num_parameters
+
+
+def test_fp8_inference_stores_one_byte_weights_and_tensor_parallel_shards():
+    w = load_workload("llama2_70b_inference")
+    assert w.memory.weights_bytes == pytest.approx(w.num_parameters / 4)
+    gqa_kv = 2 * 80 * 8 * 128 * (1024 + 256) * 16 * 2 / 4
+    assert w.memory.kv_cache_bytes == pytest.approx(gqa_kv)
+
+
+@pytest.mark.parametrize("stage,factors", [(0, (1, 1, 1)), (1, (1, 1, 8)), (2, (1, 8, 8)), (3, (8, 8, 8))])
+def test_zero_stages_shard_model_states(stage, factors):
+    base = load_workload("gpt2_large_train").memory
+    w = load_workload("gpt2_large_train", ["parallelism.data=8", f"parallelism.zero_stage={stage}"]).memory
+    assert w.weights_bytes == pytest.approx(base.weights_bytes / factors[0])
+    assert w.gradients_bytes == pytest.approx(base.gradients_bytes / factors[1])
+    assert w.optimizer_bytes == pytest.approx(base.optimizer_bytes / factors[2])
+
+
+def test_fits():
+    m = MemoryFootprint(10.0, 0.0, 0.0, 5.0, 0.0, 1.0)
+    assert m.total_bytes == 16
+    assert fits(m, 16) == (True, 0.0)
+    assert fits(m, 10) == (False, 6.0)
+    gpt3 = load_workload("gpt3_175b_train")
+    ok, short = fits(gpt3.memory, 80 * 2**30)
+    assert not ok and short > 2e12
