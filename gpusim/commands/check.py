@@ -24,8 +24,7 @@ def check_file(path: str) -> str:
     """Validate one file; returns what it is ('gpu', 'cpu', 'system' or 'workload'). Raises GpusimError."""
     data = read_yaml(path)
     if "kind" in data or not ("ops" in data or "model" in data):
-        load_hardware(path)
-        return str(data["kind"])
+        return load_hardware(path).kind  # kind may be inherited through extends:
     from gpusim.workload import load_workload
 
     load_workload(path)

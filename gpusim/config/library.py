@@ -67,10 +67,16 @@ def display_path(path: Path, kind: str) -> str:
 
 def _load_raw(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     """Read a description and fold in its ``extends:`` chain (overlay wins)."""
-    path = path.resolve()
-    if path in chain:
-        raise ConfigError(str(chain[0]), "extends", f"cycle through {path.name}")
+    if path.resolve() in {p.resolve() for p in chain}:
+        raise ConfigError(str(chain[0]), "extends", "cycle: " + " -> ".join(p.name for p in chain + (path,)))
     data = read_yaml(path)
+    if chain:
+        # A system's gpu:/host_cpu: file reference is relative to the file that wrote it, also when
+        # it is inherited by a description in another folder.
+        for key in ("gpu", "host_cpu"):
+            ref = data.get(key)
+            if isinstance(ref, str) and (path.parent / ref).is_file():
+                data[key] = str((path.parent / ref).resolve())
     parent_ref = data.pop("extends", None)
     if parent_ref is None:
         return data
@@ -82,7 +88,32 @@ def _load_raw(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
         raise ConfigError(str(path), "extends", exc.message) from None
     parent = _load_raw(parent_path, chain + (path,))
     # The child's own identity wins; sources merge key by key.
-    return deep_merge(parent, data)
+    merged = deep_merge(parent, data)
+    _drop_citations_of_removed(merged, data)
+    return merged
+
+
+def _removed_paths(overlay: dict[str, Any], prefix: str = "") -> list[str]:
+    """Key paths an overlay removes with ``null``."""
+    out: list[str] = []
+    for key, value in overlay.items():
+        if value is None:
+            out.append(f"{prefix}{key}")
+        elif isinstance(value, dict) and not (prefix == "" and key == "sources"):
+            out.extend(_removed_paths(value, f"{prefix}{key}."))
+    return out
+
+
+def _drop_citations_of_removed(merged: dict[str, Any], overlay: dict[str, Any]) -> None:
+    """An overlay that removes a section (``peer_links: null``) also drops the inherited citations of it."""
+    sources = merged.get("sources")
+    removed = [p for p in _removed_paths(overlay) if p != "sources"]
+    if not removed or not isinstance(sources, dict):
+        return
+    own = overlay.get("sources") if isinstance(overlay.get("sources"), dict) else {}
+    for key in list(sources):
+        if key not in own and any(str(key) == p or str(key).startswith(p + ".") for p in removed):
+            del sources[key]
 
 
 def _embed(data: dict[str, Any], key: str, body_key: str, source: Path) -> None:
@@ -100,8 +131,11 @@ def _embed(data: dict[str, Any], key: str, body_key: str, source: Path) -> None:
     data[key] = ref_data[body_key]
     sources = data.setdefault("sources", {})
     if isinstance(sources, dict):
-        for k, v in (ref_data.get("sources") or {}).items():
-            sources.setdefault(f"{key}.{k.removeprefix(body_key + '.')}", v)
+        ref_sources = ref_data.get("sources")
+        for k, v in (ref_sources.items() if isinstance(ref_sources, dict) else ()):
+            # Citations of the embedded body move under ``key``; others (name, ...) are not embedded.
+            if k == body_key or str(k).startswith(body_key + "."):
+                sources.setdefault(key + str(k)[len(body_key):], v)
 
 
 def _check_sources(data: dict[str, Any], source: str) -> None:
@@ -129,23 +163,35 @@ def load_hardware(name_or_path: str | Path, overrides: Sequence[tuple[str, Any]]
     source = display_path(path, "hwconfigs")
     data = _load_raw(path)
     kind = data.get("kind")
-    if kind not in DESCRIPTION_CLASSES:
+    if not isinstance(kind, str) or kind not in DESCRIPTION_CLASSES:
         if kind is None:
             raise ConfigError(source, "kind", "missing required key (gpu, cpu or system)")
         raise ConfigError(source, "kind", f"must be one of gpu, cpu, system (got {kind!r})")
     if "schema_version" not in data:
         raise ConfigError(source, "schema_version", "missing required key (this gpusim reads schema_version: 1)")
-    if data["schema_version"] != 1:
+    if type(data["schema_version"]) is not int or data["schema_version"] != 1:  # not true, not 1.0
         raise ConfigError(source, "schema_version", f"unsupported version {data['schema_version']!r}; this gpusim reads 1")
     if kind == "system":
         _embed(data, "gpu", "gpu", path)
         _embed(data, "host_cpu", "cpu", path)
-    _check_sources(data, source)
     for key, _ in pairs:
         if key.split(".")[0] in ("kind", "schema_version"):
             raise ConfigError(SET_SOURCE, key, "cannot be overridden")
-    data = apply_overrides(data, pairs)
-    return validate(DESCRIPTION_CLASSES[kind], data, source, pairs)
+    model = DESCRIPTION_CLASSES[kind]
+    try:
+        desc = validate(model, apply_overrides(data, pairs), source, pairs)
+    except ConfigError as exc:
+        if not pairs or exc.source == SET_SOURCE:
+            raise
+        error = exc
+    else:
+        # After validation, so that a deleted or misspelled key is reported as such, not as a stale citation.
+        _check_sources(data, source)
+        return desc
+    # A contradiction between a --set value and a value of the file (--set sm_clock_hz below the
+    # file's tensor clock) is the --set's fault when the file alone is valid.
+    validate(model, data, source)
+    raise ConfigError(SET_SOURCE, error.key_path, error.message)
 
 
 def list_hardware() -> list[tuple[str, Path]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 import types
 import typing
 from pathlib import Path
@@ -49,7 +50,8 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
         data = yaml.safe_load(text)
     except yaml.constructor.ConstructorError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
-        tag = exc.problem.split("tag")[-1].strip(" '") if exc.problem else ""
+        quoted = re.search(r"'([^']*)'", exc.problem or "")
+        tag = quoted.group(1) if quoted else "?"
         raise ConfigError(source, "", f"line {line}: YAML tag {tag!r} is not allowed (plain data only)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -192,6 +194,8 @@ def validation_message(model: type[BaseModel], error: Mapping[str, Any]) -> tupl
     if kind in ("int_type", "int_parsing", "int_from_float", "float_type", "float_parsing", "bool_type",
                 "bool_parsing", "string_type", "list_type"):
         return path, f"{msg[0].lower() + msg[1:]} (got {_describe_input(error.get('input'))})"
+    if len(msg.split(" ")[0]) > 1 and msg.split(" ")[0].isupper():  # an acronym ("L2 capacity") keeps its case
+        return path, msg
     return path, msg[0].lower() + msg[1:] if msg else kind
 
 
@@ -205,8 +209,9 @@ def validate(model: type[BaseModel], data: Mapping[str, Any], source: str,
         return model.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
-        # Report the most specific error first: deeper key paths say more than a whole-section complaint.
-        first = errors[0]
+        # An unknown key is reported first: a misspelled required key is also "missing", and the typo
+        # (with its did-you-mean) is what the user has to fix.
+        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         path, message = validation_message(model, first)
         for key, _ in overrides:
             if path == key or path.startswith(key + ".") or key.startswith(path + ".") and path:

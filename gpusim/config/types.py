@@ -25,10 +25,8 @@ class Spec(BaseModel):
 
 def _quantity_parser(dimension: str):
     def parse(value: Any) -> Any:
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        if isinstance(value, (str, int, float)):  # a boolean is refused by parse_quantity
             return parse_quantity(value, dimension)
-        if isinstance(value, bool):
-            raise ValueError("expected a number, got a boolean")
         return value
 
     return parse
