@@ -78,8 +78,13 @@ def numeric_leaves(node: Any, prefix: str = "") -> Iterator[str]:
 
 
 def uncited(raw: dict[str, Any]) -> list[str]:
-    """Numeric leaves with no ``sources`` entry at their key path or at an ancestor of it."""
+    """Numeric leaves with no ``sources`` entry at their key path or at an ancestor of it.
+
+    A ``calibration:`` block cites its own data in its required ``source`` field."""
     cited = set((raw.get("sources") or {}).keys())
+    calibration = (raw.get("gpu") or raw.get("cpu") or {}).get("calibration") or {}
+    if calibration.get("source"):
+        cited |= {"gpu.calibration", "cpu.calibration"}
     out = []
     for path in numeric_leaves(raw):
         parts = path.split(".")
@@ -313,10 +318,15 @@ def test_h100_2x_l2_changes_only_the_l2_capacity():
 
 
 def test_h200_is_h100_with_different_memory():
-    """The real H200 differs from the H100 SXM5 only in its memory (and HBM3e energy per byte)."""
-    assert leaf_diff(_gpu_dump("h100_sxm5_80gb"), _gpu_dump("h200_sxm_141gb")) == {
+    """The real H200 differs from the H100 SXM5 only in its memory (and HBM3e energy per byte); its
+    calibration takes the H100's fitted compute and DRAM factors and adds its own host-link fit."""
+    h100, h200 = _gpu_dump("h100_sxm5_80gb"), _gpu_dump("h200_sxm_141gb")
+    cal100, cal200 = h100.pop("calibration"), h200.pop("calibration")
+    assert leaf_diff(h100, h200) == {
         "dram.type", "dram.capacity_bytes", "dram.bandwidth_bytes_per_s", "dram.bus_width_bits",
         "power.energy.dram_j_per_byte"}
+    for factor in ("tensor_efficiency_fraction", "vector_efficiency_fraction", "dram_bandwidth_fraction"):
+        assert cal200[factor] == cal100[factor]
 
 
 @pytest.mark.parametrize("name", HYPOTHETICAL)
