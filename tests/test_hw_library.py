@@ -82,8 +82,9 @@ def uncited(raw: dict[str, Any]) -> list[str]:
 
     A ``calibration:`` block cites its own data in its required ``source`` field."""
     cited = set((raw.get("sources") or {}).keys())
-    calibration = (raw.get("gpu") or raw.get("cpu") or {}).get("calibration") or {}
-    if calibration.get("source"):
+    body = raw.get("gpu") or raw.get("cpu")
+    calibration = body.get("calibration") if isinstance(body, dict) else None
+    if isinstance(calibration, dict) and calibration.get("source"):
         cited |= {"gpu.calibration", "cpu.calibration"}
     out = []
     for path in numeric_leaves(raw):
