@@ -6,9 +6,8 @@ import argparse
 
 from gpusim.commands.hw import add_set_argument
 from gpusim.config import load_hardware
-from gpusim.config.loader import SET_SOURCE, parse_set_items
+from gpusim.config.loader import parse_set_items
 from gpusim.engine.simulate import simulate
-from gpusim.errors import ConfigError
 from gpusim.results.export import write_json, write_trace
 from gpusim.units import format_quantity
 
@@ -46,9 +45,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     hw_overrides, wl_overrides = split_overrides(args.overrides)
     hardware = load_hardware(args.hardware, hw_overrides)
-    workload = load_workload(args.workload, [f"{k}={v}" for k, v in wl_overrides])
+    wl_items = [f"{k}={v}" for k, v in wl_overrides]
+    workload = load_workload(args.workload, wl_items)
+    notes = []
+    layout = getattr(workload, "parallelism", None)
+    if layout is not None and layout.data * layout.tensor * layout.pipeline > 1:
+        # The single-device engine runs the whole graph on one device: drop the layout so the memory
+        # footprint describes what is simulated.
+        notes.append(f"the workload's layout (data {layout.data}, tensor {layout.tensor}, pipeline "
+                     f"{layout.pipeline}) is for several GPUs; simulated here on one {hardware.name} device")
+        workload = load_workload(args.workload, wl_items + ["parallelism.data=1", "parallelism.tensor=1",
+                                                            "parallelism.pipeline=1", "parallelism.zero_stage=0"])
     result = simulate(hardware, workload, launch_mode=args.launch, unified_memory=args.unified_memory,
-                      record_spans=bool(args.trace))
+                      record_spans=bool(args.trace), notes=tuple(notes))
     if args.trace:
         write_trace(result, args.trace)
     if args.json:

@@ -21,7 +21,7 @@ from gpusim.config.hardware import HardwareDescription
 from gpusim.engine.kernel import KernelTiming, simulate_kernel
 from gpusim.engine.machine import Machine, machine_of
 from gpusim.errors import SimulationError
-from gpusim.mapping import NOT_KERNELS, map_op
+from gpusim.mapping import LINK_CATEGORIES, map_op
 from gpusim.results.result import KernelRecord, SimulationResult, Span
 
 LAUNCH_MODES = ("eager", "graph")
@@ -42,18 +42,33 @@ def transfer_time_s(machine: Machine, num_bytes: float) -> float:
     return machine.host_link_latency_s + num_bytes / machine.host_link_achievable_bytes_per_s
 
 
+def link_time_s(op, hardware: HardwareDescription, machine: Machine) -> float | None:
+    """Seconds one link op (a host copy or a collective) takes; None when it is a no-op here."""
+    if op.category == "transfer":
+        return transfer_time_s(machine, float(op.link_bytes()))
+    gpus = int(getattr(op, "num_gpus", 1) or 1)
+    if gpus <= 1:
+        return None
+    num_gpus = hardware.num_gpus if hardware.kind == "system" else 1
+    raise SimulationError(
+        f"{op.kind} across {gpus} GPUs needs the multi-GPU simulation; {hardware.name} is simulated as "
+        f"{num_gpus} device(s) by the single-device engine")
+
+
 def _device(desc: HardwareDescription):
     return desc.cpu if desc.kind == "cpu" else desc.gpu
 
 
 def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eager",
-             unified_memory: bool = False, record_spans: bool = True) -> SimulationResult:
-    """Simulate ``workload`` (a loaded Workload) on ``hardware`` (a loaded description)."""
+             unified_memory: bool = False, record_spans: bool = True, notes: tuple[str, ...] = ()
+             ) -> SimulationResult:
+    """Simulate ``workload`` (a loaded Workload) on ``hardware`` (a loaded description).
+
+    ``notes`` are caller warnings carried into the result (e.g. a parallel layout that was dropped)."""
     if launch_mode not in LAUNCH_MODES:
         raise SimulationError(f"launch mode must be one of {', '.join(LAUNCH_MODES)}, not {launch_mode!r}")
     machine = machine_of(hardware)
-    num_gpus = hardware.num_gpus if hardware.kind == "system" else 1
-    warnings: list[str] = []
+    warnings: list[str] = list(notes)
 
     # ---- memory: does it fit? ---------------------------------------------------------------
     memory = getattr(workload, "memory", None)
@@ -79,16 +94,14 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
     items: list[_Item] = []
     for node in workload.graph.nodes:
         op = node.op
-        if op.kind in NOT_KERNELS:
-            if op.kind in ("host_to_device", "device_to_host"):
-                items.append(_Item(node, None, None, transfer_time_s(machine, float(op.num_bytes)), 0.0))
-                continue
-            gpus = int(getattr(op, "num_gpus", 1) or 1)
-            if gpus <= 1:
-                continue
-            raise SimulationError(
-                f"{node.name}: {op.kind} across {gpus} GPUs needs a multi-GPU system simulation; "
-                f"{hardware.name} is simulated as {num_gpus} device(s) here")
+        if op.category in LINK_CATEGORIES:
+            try:
+                seconds = link_time_s(op, hardware, machine)
+            except SimulationError as exc:
+                raise SimulationError(f"{node.name}: {exc}") from None
+            if seconds is not None:
+                items.append(_Item(node, None, None, seconds, 0.0))
+            continue
         for plan in map_op(op, machine):
             timing = timings.get(plan)
             if timing is None:
@@ -136,7 +149,7 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
 def _ops_footprint(workload) -> float:
     """Device memory of a plain op list: every op's inputs and outputs resident at once (upper bound)."""
     return float(sum(n.op.bytes_read() + n.op.bytes_written() for n in workload.graph.nodes
-                     if n.op.kind not in ("host_to_device", "device_to_host")))
+                     if n.op.category not in LINK_CATEGORIES))
 
 
 def _timeline(machine: Machine, items: list[_Item], paging_fraction: float, launch_mode: str,
@@ -252,10 +265,12 @@ def _timeline(machine: Machine, items: list[_Item], paging_fraction: float, laun
 
 def _record(it: _Item, start: float, duration: float, repeat: int, bound: str, plan: dict, gap: float) -> KernelRecord:
     node = it.node
+    executed = None
     if it.plan is None:
-        flop, dram, hit, name = 0.0, float(node.op.num_bytes) * repeat, 0.0, node.op.kind
+        flop, dram, hit, name = float(node.op.flop()) * repeat, 0.0, 0.0, node.op.kind
     else:
         flop = it.plan.useful_flop * repeat
+        executed = it.plan.work_flop * repeat
         dram = it.plan.dram_bytes * repeat
         hit = it.plan.l2_hit_fraction
         name = it.plan.name
@@ -274,4 +289,5 @@ def _record(it: _Item, start: float, duration: float, repeat: int, bound: str, p
         bound=bound,
         plan=plan,
         launch_gap_s=gap,
+        executed_flop=executed,
     )

@@ -1,14 +1,19 @@
 """Mapping: each workload op becomes one or more KernelPlans for a device.
 
-GEMM-like ops (matmul, implicit-GEMM conv, fused attention) enumerate tile configurations and keep
-the fastest predicted one, as cuBLAS/cuDNN heuristics do; memory-bound ops get the launch shapes of
-the common framework kernels. ``map_op`` is pure and cached per (op, machine).
+GEMM-like ops (matmul, implicit-GEMM convolution, fused attention) enumerate tile configurations and
+keep the fastest predicted one, as cuBLAS/cuDNN heuristics do; memory-bound ops get the launch
+shapes of the common framework kernels. ``map_op`` is pure and cached per (op, machine).
+
+FLOP bookkeeping: a plan's ``useful_flop`` is the op's model FLOP (``op.flop()``), so the kernels of
+a workload add up to the workload's FLOP; the time comes from the work the kernel really executes
+(padded tiles, the visible half of causal fused attention, recomputation in its backward).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 
 from gpusim.config.hardware import DTYPE_BYTES
 from gpusim.engine.kernel import estimate_kernel_s
@@ -19,144 +24,191 @@ from gpusim.mapping.occupancy import ctas_per_unit
 from gpusim.mapping.plan import KernelPlan, Tile
 from gpusim.mapping.streaming import elementwise_launch, row_launch, streaming_plan
 
-__all__ = ["KernelPlan", "Tile", "map_op", "best_gemm", "NOT_KERNELS"]
+__all__ = ["KernelPlan", "Tile", "map_op", "best_gemm", "LINK_CATEGORIES"]
 
-NOT_KERNELS = frozenset({"host_to_device", "device_to_host", "all_reduce", "all_gather", "reduce_scatter",
-                         "all_to_all", "send_recv", "broadcast"})
-"""Ops that are transfers over links rather than kernels on the SMs."""
+LINK_CATEGORIES = frozenset({"transfer", "collective"})
+"""Op categories that move data over links (host link, NVLink, network) rather than run on SMs."""
 
-SOFTMAX_FLOP_PER_ELEMENT = 4.0   # subtract max, compare, add to sum, scale (exp counted on the SFU)
-LAYERNORM_FLOP_PER_ELEMENT = 8.0  # mean, variance, normalize, scale, shift
-RMSNORM_FLOP_PER_ELEMENT = 4.0    # square-accumulate, scale, weight
+TRANSCENDENTAL_FUNCTIONS = frozenset({"gelu", "silu", "sigmoid", "tanh", "exp", "swiglu", "geglu",
+                                      "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward",
+                                      "swiglu_backward", "geglu_backward"})
 
 
 def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int, batch: int, dtype: str,
-              useful_flop: float, a_unique_fraction: float = 1.0, sparse: bool = False,
-              b_shared_across_batch: bool = False) -> KernelPlan:
+              useful_flop: float, *, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
+              b_group: int = 1, extra_c_bytes_per_element: float = 0.0, sfu_ops_per_output: float = 0.0,
+              sparse: bool = False) -> KernelPlan:
+    """The fastest predicted tile configuration for a (batched) GEMM."""
     if machine.matrix_rate_per_unit(dtype) is None and machine.vector_rate_per_unit(dtype) is None:
         raise SimulationError(f"{machine.name} has no pipe for {dtype} matrix multiplication")
-    candidates = (gemm_plan(machine, name, op_kind, m, n, k, batch, dtype, t, useful_flop, a_unique_fraction,
-                            b_shared_across_batch=b_shared_across_batch)
+    candidates = (gemm_plan(machine, name, op_kind, m, n, k, batch, dtype, t, useful_flop,
+                            a_unique_fraction, b_unique_fraction, b_group, extra_c_bytes_per_element,
+                            sfu_ops_per_output)
                   for t in tile_candidates(machine, dtype, m, n, k, batch))
     try:
         plan = select_fastest(candidates, lambda p: estimate_kernel_s(p, machine))
     except ValueError:
         raise SimulationError(f"{name}: no tile configuration fits {machine.name}") from None
     if sparse:
-        from dataclasses import replace
-
-        plan = replace(plan, flop_per_cta=plan.flop_per_cta / machine.sparsity_speedup,
-                       name=plan.name + "[2:4]")
+        plan = replace(plan, flop_per_cta=plan.flop_per_cta / machine.sparsity_speedup, name=plan.name + "[2:4]")
     return plan
 
 
-def _attention_fused(machine: Machine, op, name: str) -> KernelPlan:
-    """A flash-attention forward: each CTA owns block_m queries of one head and streams that head's K
-    and V through shared memory; scores never reach DRAM."""
+def _epilogue_extras(op, c_elements: float) -> tuple[float, float]:
+    """(extra bytes per C element, SFU ops per C element) of a fused epilogue: everything the op moves
+    beyond its plain operands and one C write."""
+    eb = DTYPE_BYTES[op.dtype]
+    ob = DTYPE_BYTES[op.out_dtype]
+    if op.kind == "matmul":
+        plain = (op.batch * op.m * op.k + op.num_b_matrices * op.k * op.n) * eb + c_elements * ob
+    else:  # conv2d: operands per variant, as the op counts them
+        plain = op.bytes_read() + op.bytes_written()
+        return 0.0, _sfu_per_element(op.epilogue)
+    extra = op.bytes_read() + op.bytes_written() - plain
+    return max(0.0, extra / c_elements), _sfu_per_element(op.epilogue)
+
+
+def _sfu_per_element(functions) -> float:
+    return float(sum(1 for f in functions if f in TRANSCENDENTAL_FUNCTIONS))
+
+
+def _matmul(machine: Machine, op) -> KernelPlan:
+    c_elements = float(op.batch) * op.m * op.n
+    extra, sfu = _epilogue_extras(op, c_elements)
+    group = op.batch // op.num_b_matrices if op.num_b_matrices else op.batch
+    return best_gemm(machine, "matmul", "matmul", op.m, op.n, op.k, op.batch, op.dtype, op.flop(),
+                     b_group=max(1, group), extra_c_bytes_per_element=extra, sfu_ops_per_output=sfu,
+                     sparse=bool(getattr(op, "sparse", False)))
+
+
+def _conv2d(machine: Machine, op) -> KernelPlan:
+    m, n, k = op.implicit_gemm()
+    groups = op.gemm_batch()
+    eb = DTYPE_BYTES[op.dtype]
+    # Implicit GEMM reads each operand pixel once from DRAM, not once per filter tap.
+    if op.variant == "forward":
+        a_unique = min(1.0, op.input_elements() * eb / (m * k * eb * groups))
+        b_unique = 1.0
+    elif op.variant == "dgrad":
+        a_unique = min(1.0, op.output_elements() * eb / (m * k * eb * groups))
+        b_unique = 1.0
+    else:  # wgrad: A = output gradient (oc x npq), B = im2col of the input (npq x ic*kk)
+        a_unique = 1.0
+        b_unique = min(1.0, op.input_elements() * eb / (k * n * eb * groups))
+    sfu = _sfu_per_element(op.epilogue)
+    return best_gemm(machine, f"conv2d_{op.variant}", "conv2d", m, n, k, groups, op.dtype, op.flop(),
+                     a_unique_fraction=a_unique, b_unique_fraction=b_unique, sfu_ops_per_output=sfu)
+
+
+def _attention_fused(machine: Machine, op) -> KernelPlan:
+    """A flash-attention kernel. Forward: each CTA owns ``block`` queries of one head and streams that
+    head's K and V; backward: each CTA owns ``block`` keys and streams the head's Q, dO and dQ
+    (FlashAttention-2). Scores never reach DRAM; CTAs of one (KV) head share its data in L2."""
     dtype = op.dtype
     eb = DTYPE_BYTES[dtype]
     d = op.head_dim
     heads = op.batch * op.heads
-    block_m = 128 if op.seq_len_q >= 128 else max(16, 16 * math.ceil(op.seq_len_q / 16))
-    block_n = 64 if d > 64 else 128
-    q_blocks = math.ceil(op.seq_len_q / block_m)
-    grid = heads * q_blocks
-    useful = op.flop()
-    # Keys each CTA visits: all of them, or (causal) those up to its last query.
-    if op.causal and op.seq_len_q > 1:
-        avg_keys = min(op.seq_len_kv, op.seq_len_kv - op.seq_len_q + (op.seq_len_q + block_m) / 2)
-    else:
-        avg_keys = op.seq_len_kv
-    keys_padded = math.ceil(avg_keys / block_n) * block_n
-    flop_per_cta = 4.0 * block_m * keys_padded * d
-    sfu_per_cta = block_m * keys_padded
-    threads = 128 if block_m <= 128 else 256
-    shared = int((block_m + 2 * block_n * 2) * d * eb)
-    per_unit, limiter = ctas_per_unit(machine, threads, 255 if machine.kind == "gpu" else 32, shared)
+    forward = op.variant == "forward"
+    own_len, streamed_len = (op.seq_len_q, op.seq_len_kv) if forward else (op.seq_len_kv, op.seq_len_q)
+    block = 128 if own_len >= 128 else max(16, 16 * math.ceil(own_len / 16))
+    blocks_per_head = math.ceil(own_len / block)
+    grid = heads * blocks_per_head
+    executed = op.executed_flop()
+    frac = op.useful_fraction()
+    flop_per_cta = executed / grid * (blocks_per_head * block / own_len)  # padded last block
+    sfu_per_cta = op.num_scores() * frac * (1 if forward else 2) / grid
+    threads = 128 if forward else 256
+    shared = int((block + 2 * 64 * 2) * d * eb) if forward else int((2 * block + 2 * 64) * d * eb)
+    registers = 255 if machine.kind == "gpu" else 32
+    per_unit, limiter = ctas_per_unit(machine, threads, registers, shared)
     if per_unit == 0:
-        raise SimulationError(f"{name}: the fused attention tile does not fit {machine.name}")
+        raise SimulationError(f"attention: the fused attention tile does not fit {machine.name}")
     slots = per_unit * machine.num_units
-    kv_per_head = op.seq_len_kv * d * eb * 2
-    group = max(1, op.heads // max(1, op.kv_heads))
-    q_o_per_cta = 2 * min(block_m, op.seq_len_q) * d * eb
+    # DRAM: each CTA's own block (Q and O rows forward; K, V, dK, dV rows backward) once, and the data
+    # it streams once per wave for every head group the wave touches (shared in L2 by its CTAs).
+    group = max(1, op.heads // op.num_kv_heads) if forward else 1
+    own_per_cta = (2 * block * d * eb + block * 4.0) if forward else 4 * block * d * eb
+    units = heads // group
+    shared_per_unit = max(0.0, op.bytes_read() + op.bytes_written() - own_per_cta * grid) / units
+    if forward:  # Q block + its output; streams K and V of the head
+        l2_per_cta = own_per_cta + 2 * streamed_len * d * eb * frac
+    else:  # K, V block + dK, dV; streams Q, dO, O rows and read-modify-writes dQ in FP32
+        l2_per_cta = own_per_cta + streamed_len * d * (3 * eb + 2 * 4) * frac
     waves = []
     for start in range(0, grid, slots):
         end = min(grid, start + slots)
-        first_head, last_head = start // q_blocks, (end - 1) // q_blocks
-        kv_heads_touched = (last_head // group) - (first_head // group) + 1
-        waves.append(kv_heads_touched * kv_per_head + (end - start) * q_o_per_cta)
-    l2_per_cta = q_o_per_cta + keys_padded * d * eb * 2
-    matrix = uses_matrix_pipe(machine, dtype)
+        units_touched = (end - 1) // (blocks_per_head * group) - start // (blocks_per_head * group) + 1
+        waves.append(units_touched * shared_per_unit + (end - start) * own_per_cta)
     return KernelPlan(
-        name=f"{name}[flash_{block_m}x{block_n}]",
+        name=f"attention_{op.variant}[flash_{block}]",
         op_kind="attention",
-        pipe="matrix" if matrix else "vector",
+        pipe="matrix" if uses_matrix_pipe(machine, dtype) else "vector",
         dtype=dtype,
         grid=grid,
         threads_per_cta=threads,
-        registers_per_thread=255 if machine.kind == "gpu" else 32,
+        registers_per_thread=registers,
         shared_bytes_per_cta=shared,
         ctas_per_unit=per_unit,
         occupancy_limiter=limiter,
         flop_per_cta=flop_per_cta,
         sfu_ops_per_cta=sfu_per_cta,
         l2_bytes_per_cta=l2_per_cta,
-        bytes_in_flight_per_cta=2 * block_n * d * eb * 2,
+        bytes_in_flight_per_cta=2 * 64 * d * eb * 2,
         wave_dram_bytes=tuple(waves),
         prologue_per_wave=True,
-        useful_flop=useful,
-        tile=Tile(block_m, block_n, d, 2, threads // 32),
+        useful_flop=op.flop(),
+        tile=Tile(block, 64, d, 2, threads // 32),
+        executed_flop=executed,
     )
 
 
-def _streaming(machine: Machine, op, name: str) -> KernelPlan:
+def _elements(op) -> float:
+    value = getattr(op, "num_elements", None)
+    if callable(value):
+        value = value()
+    if value is None:
+        value = max(op.bytes_read(), op.bytes_written()) / DTYPE_BYTES.get(getattr(op, "dtype", "fp32"), 4)
+    return float(value)
+
+
+def _streaming(machine: Machine, op) -> KernelPlan:
     kind = op.kind
-    dtype = op.dtype
-    read, written, flop = float(op.bytes_read()), float(op.bytes_written()), float(op.flop())
+    dtype = getattr(op, "dtype", "fp32")
+    if dtype not in DTYPE_BYTES:
+        dtype = "fp32"
+    read, written = float(op.bytes_read()), float(op.bytes_written())
+    flop = float(op.executed_flop())
     sfu = 0.0
     reread = 0.0
-    if kind in ("softmax", "layernorm", "rmsnorm"):
+    if hasattr(op, "rows") and hasattr(op, "cols"):
         ctas, threads, in_flight = row_launch(machine, op.rows, op.cols, dtype)
-        if kind == "softmax":
+        if kind == "softmax" and getattr(op, "variant", "forward") == "forward":
             sfu = float(op.rows) * op.cols
-            reread = 2.0
-        else:
-            reread = 1.0
+        reread = 2.0 if kind == "softmax" else 1.0
     else:
-        elements = getattr(op, "num_elements", None)
-        if elements is None:
-            elements = max(1, int((read + written) // max(1, DTYPE_BYTES.get(dtype, 4))))
+        elements = _elements(op)
         inputs = getattr(op, "num_inputs", 1)
-        ctas, threads, in_flight = elementwise_launch(machine, int(elements), dtype, inputs)
-        if kind == "elementwise" and getattr(op, "function", "") in ("gelu", "silu", "tanh", "sigmoid", "exp", "swiglu"):
-            sfu = float(elements)
-    return streaming_plan(machine, name, kind, dtype, bytes_read=read, bytes_written=written, flop=flop,
+        ctas, threads, in_flight = elementwise_launch(machine, int(max(1, elements)), dtype, inputs)
+        function = getattr(op, "function", "")
+        if function:
+            sfu = elements * _sfu_per_element(function.split("+"))
+    plan = streaming_plan(machine, kind, kind, dtype, bytes_read=read, bytes_written=written, flop=flop,
                           sfu_ops=sfu, num_ctas=ctas, threads_per_cta=threads,
                           bytes_in_flight_per_thread=in_flight, l2_reread_fraction=reread)
+    return replace(plan, useful_flop=float(op.flop()), executed_flop=flop)
 
 
 @functools.lru_cache(maxsize=8192)
 def map_op(op, machine: Machine) -> tuple[KernelPlan, ...]:
-    """The kernels that execute ``op`` on ``machine`` (empty for link transfers)."""
-    kind = op.kind
-    label = kind
-    if kind in NOT_KERNELS:
+    """The kernels that execute ``op`` on ``machine`` (empty for link transfers and collectives)."""
+    if op.category in LINK_CATEGORIES:
         return ()
-    if kind == "matmul":
-        return (best_gemm(machine, label, "matmul", op.m, op.n, op.k, getattr(op, "batch", 1) or 1, op.dtype,
-                          op.flop(), sparse=bool(getattr(op, "sparse", False))),)
-    if kind == "conv2d":
-        m, n, k = op.implicit_gemm()
-        groups = getattr(op, "groups", 1) or 1
-        eb = DTYPE_BYTES[op.dtype]
-        input_bytes = op.batch * op.in_channels * op.height * op.width * eb
-        a_unique = min(1.0, input_bytes / max(1.0, m * k * eb * groups))
-        return (best_gemm(machine, label, "conv2d", m, n, k, groups, op.dtype, op.flop(), a_unique),)
-    if kind == "attention":
-        if getattr(op, "kernel", "fused") == "fused":
-            return (_attention_fused(machine, op, label),)
-        plans: list[KernelPlan] = []
-        for sub in op.decompose():
-            plans.extend(map_op(sub, machine))
-        return tuple(plans)
-    return (_streaming(machine, op, label),)
+    if op.kind == "matmul":
+        return (_matmul(machine, op),)
+    if op.kind == "conv2d":
+        return (_conv2d(machine, op),)
+    if op.kind == "attention":
+        if op.kernel == "fused":
+            return (_attention_fused(machine, op),)
+        return tuple(plan for sub in op.decompose() for plan in map_op(sub, machine))
+    return (_streaming(machine, op),)

@@ -39,14 +39,17 @@ def _swizzled_rows_cols(num_tiles: int, mt: int, nt: int, swizzle: int) -> tuple
 
 
 def wave_dram_bytes(machine: Machine, m: int, n: int, k: int, batch: int, tile: Tile, in_bytes: float,
-                    out_bytes: float, slots: int, a_unique_fraction: float = 1.0,
-                    b_shared_across_batch: bool = False) -> tuple[float, ...]:
+                    out_bytes: float, slots: int, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
+                    b_group: int = 1, extra_c_bytes_per_element: float = 0.0) -> tuple[float, ...]:
     """DRAM bytes per wave of ``slots`` concurrently resident CTAs.
 
     CTAs are issued batch by batch, split-K slice by slice, tiles in a swizzled raster (groups of
     ``tile.swizzle`` row-blocks). The A row-panels and B column-panels a wave needs are read from DRAM
     once per wave unless an earlier wave left them in L2 (least-recently-used, L2 capacity); the CTAs of
-    a wave that share a panel hit in L2. C tiles are written once.
+    a wave that share a panel hit in L2. C tiles are written once. ``b_group`` consecutive batch
+    entries share one B matrix (a weight shared by a batch; grouped-query attention). The unique
+    fractions scale panels whose DRAM bytes are smaller than the GEMM view (implicit-GEMM convolution
+    reads each input pixel once, not once per filter tap).
     """
     bm, bn, sk = tile.block_m, tile.block_n, tile.split_k
     mt, nt = math.ceil(m / bm), math.ceil(n / bn)
@@ -55,10 +58,10 @@ def wave_dram_bytes(machine: Machine, m: int, n: int, k: int, batch: int, tile: 
     total = batch * sk * tiles
     rows, cols = _swizzled_rows_cols(tiles, mt, nt, tile.swizzle)
     row_size = np.minimum(bm, m - np.arange(mt) * bm) * k_len * in_bytes * a_unique_fraction
-    col_size = np.minimum(bn, n - np.arange(nt) * bn) * k_len * in_bytes
+    col_size = np.minimum(bn, n - np.arange(nt) * bn) * k_len * in_bytes * b_unique_fraction
     c_elements = np.minimum(bm, m - rows * bm) * np.minimum(bn, n - cols * bn)
     # Each CTA writes its share of C; with split-K it also writes FP32 partials that are read back.
-    c_bytes_per_element = out_bytes / sk + (8.0 if sk > 1 else 0.0)
+    c_bytes_per_element = (out_bytes + extra_c_bytes_per_element) / sk + (8.0 if sk > 1 else 0.0)
     capacity = machine.l2_capacity_bytes
     cache: OrderedDict[int, float] = OrderedDict()
     cached = 0.0
@@ -70,7 +73,7 @@ def wave_dram_bytes(machine: Machine, m: int, n: int, k: int, batch: int, tile: 
         t = idx % tiles
         bk_key = b * sk + ks
         a_ids = np.unique((bk_key * mt + rows[t]) * 2)
-        b_key = ks if b_shared_across_batch else bk_key
+        b_key = (b // max(1, b_group)) * sk + ks
         b_ids = np.unique((b_key * nt + cols[t]) * 2 + 1)
         traffic = float(c_elements[t].sum()) * c_bytes_per_element
         for ids, sizes, base in ((a_ids, row_size, mt), (b_ids, col_size, nt)):
@@ -124,9 +127,9 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
 
 
 def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int, batch: int, dtype: str,
-              tile: Tile, useful_flop: float, a_unique_fraction: float = 1.0,
-              sfu_ops_per_output: float = 0.0, extra_flop_per_output: float = 0.0,
-              b_shared_across_batch: bool = False) -> KernelPlan | None:
+              tile: Tile, useful_flop: float, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
+              b_group: int = 1, extra_c_bytes_per_element: float = 0.0,
+              sfu_ops_per_output: float = 0.0) -> KernelPlan | None:
     """The plan of one tile configuration, or None if it cannot run (resources, unsupported dtype)."""
     eb = DTYPE_BYTES[dtype]
     ob = output_bytes_per_element(dtype)
@@ -152,10 +155,11 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         return None
     grid = batch * sk * math.ceil(m / bm) * math.ceil(n / bn)
     slots = per_unit * machine.num_units
-    waves = wave_dram_bytes(machine, m, n, k, batch, tile, eb, ob, slots, a_unique_fraction, b_shared_across_batch)
+    waves = wave_dram_bytes(machine, m, n, k, batch, tile, eb, ob, slots, a_unique_fraction, b_unique_fraction,
+                            b_group, extra_c_bytes_per_element)
     partials = (bm * bn * 4.0 * 2) if sk > 1 else 0.0
-    l2_per_cta = (bm + bn / tile.cluster) * k_iters * bk * eb + bm * bn * ob + partials
-    flop_per_cta = 2.0 * bm * bn * k_iters * bk + extra_flop_per_output * bm * bn
+    l2_per_cta = (bm + bn / tile.cluster) * k_iters * bk * eb + bm * bn * (ob + extra_c_bytes_per_element) + partials
+    flop_per_cta = 2.0 * bm * bn * k_iters * bk
     return KernelPlan(
         name=f"{name}[{tile.label()}]",
         op_kind=op_kind,

@@ -57,8 +57,15 @@ class KernelPlan:
     prologue_per_wave: bool
     """GEMM-like CTAs fill their pipeline at the start of every wave; streaming kernels only once."""
     useful_flop: float
-    """The op's true FLOP (what the workload asked for), for reporting and MFU."""
+    """The op's model FLOP (what the workload counts), for FLOP conservation and MFU."""
     tile: Tile | None = None
+    executed_flop: float | None = None
+    """FLOP the kernel really does without tile padding (causal fused attention skips the masked
+    half; its backward recomputes scores); None means ``useful_flop``. Achieved FLOP/s use it."""
+
+    @property
+    def work_flop(self) -> float:
+        return self.useful_flop if self.executed_flop is None else self.executed_flop
 
     @property
     def num_waves(self) -> int:

@@ -34,10 +34,13 @@ class KernelRecord:
     bound: str
     plan: dict[str, Any]
     launch_gap_s: float = 0.0
+    executed_flop: float | None = None
+    """FLOP the kernel really executes (differs from ``flop`` for causal fused attention)."""
 
     @property
     def achieved_flop_per_s(self) -> float:
-        return self.flop / self.time_s if self.time_s > 0 else 0.0
+        work = self.flop if self.executed_flop is None else self.executed_flop
+        return work / self.time_s if self.time_s > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +53,7 @@ class KernelRecord:
             "time_s": self.time_s,
             "repeat": self.repeat,
             "flop": self.flop,
+            "executed_flop": self.flop if self.executed_flop is None else self.executed_flop,
             "dram_bytes": self.dram_bytes,
             "l2_hit_fraction": self.l2_hit_fraction,
             "achieved_flop_per_s": self.achieved_flop_per_s,
