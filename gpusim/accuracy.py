@@ -82,11 +82,14 @@ def gpusim_dtype(dtype: str | None) -> str | None:
 
 
 def _timed_kernel_s(machine: Machine, plan, timing_method: str) -> float:
-    """What a measurement of one kernel sees: the kernel plus the device-side launch overhead
-    (event-timed single kernels), or a back-to-back eager loop's iteration."""
+    """What a measurement of one kernel sees: a profiler's kernel duration is the kernel alone;
+    CUDA events around one launch add the device-side launch overhead; a back-to-back eager loop's
+    iteration is bounded by the host's launch cost."""
     kernel_s = simulate_kernel(plan, machine).time_s
     if timing_method == "loop_with_launch_gaps":
         return _eager_loop_s(machine, kernel_s)
+    if timing_method == "profiler_kernel":
+        return kernel_s
     return kernel_s + machine.graph_kernel_launch_s
 
 
@@ -105,6 +108,12 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
         min_bytes = (case.m * case.k + case.k * case.n + case.m * case.n) * eb * batch
         roof = max(flop / peak, min_bytes / device.dram.bandwidth_bytes_per_s) if peak else None
         return t, roof
+    if op == "elementwise" and case.variant == "silu_mul":
+        return _silu_mul_eager_s(case, machine), 3.0 * case.num_elements * DTYPE_BYTES[case.dtype] \
+            / device.dram.bandwidth_bytes_per_s
+    if op == "rmsnorm" and case.variant == "hf_eager":
+        return _unfused_rmsnorm_s(case, machine), 2.0 * case.rows * case.cols * DTYPE_BYTES[case.dtype] \
+            / device.dram.bandwidth_bytes_per_s
     if op in ("elementwise", "stream", "softmax", "layernorm", "rmsnorm"):
         plan, moved = _memory_plan(case, machine)
         return _timed_kernel_s(machine, plan, case.timing_method), moved / device.dram.bandwidth_bytes_per_s
@@ -114,7 +123,10 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
         per_s = machine.l1_bytes_per_s_per_unit * machine.num_units
         return case.working_set_bytes / per_s if case.working_set_bytes else 1.0 / per_s, None
     if op == "pointer_chase":
-        return _chase_latency_s(case.working_set_bytes, machine, device), None
+        if "smem" in (case.variant or "") or "shared" in (case.variant or ""):
+            return device.l1.shared_latency_s, None
+        bypass_l1 = case.variant == "ld_global_cg"
+        return _chase_latency_s(case.working_set_bytes, machine, device, bypass_l1), None
     if op in ("memcpy_h2d", "memcpy_d2h"):
         return transfer_time_s(machine, case.num_bytes or COPY_BYTES), None
     raise ValueError(f"no simulation for op {op!r}")
@@ -144,7 +156,7 @@ def _memory_plan(case, machine: Machine):
         return plan, (reads + writes) * n * 8.0
     if case.op == "elementwise":
         n = case.num_elements
-        inputs = 2 if case.variant in ("add", "mul", "silu_mul") else 1
+        inputs = 2 if case.variant in ("add", "mul") else 1
         ctas, threads, in_flight = elementwise_launch(machine, n, dtype, inputs)
         moved = (inputs + 1) * n * eb
         sfu = float(n) if case.variant in ("silu_mul", "gelu", "silu") else 0.0
@@ -161,6 +173,45 @@ def _memory_plan(case, machine: Machine):
                           bytes_in_flight_per_thread=in_flight, l2_reread_fraction=reread), moved
 
 
+UNFUSED_RMSNORM_BYTES_PER_ELEMENT = (  # (read, written) per element of each eager kernel, as in
+    # Hugging Face's LlamaRMSNorm: x.float(); x.pow(2); .mean(-1); x * rsqrt(var + eps); .to(dtype); w * x
+    ("to_fp32", None, 4.0), ("pow", 4.0, 4.0), ("mean", 4.0, 0.0), ("mul_rsqrt", 4.0, 4.0),
+    ("to_dtype", 4.0, None), ("mul_weight", None, None),
+)
+
+
+def _silu_mul_eager_s(case, machine: Machine) -> float:
+    """``F.silu(gate) * up`` in eager PyTorch: a SiLU kernel (1 read, 1 write, an exp per element)
+    then a multiply kernel (2 reads, 1 write), with the device gap between them."""
+    eb = DTYPE_BYTES[case.dtype]
+    n = case.num_elements
+    total = 0.0
+    for inputs, sfu in ((1, float(n)), (2, 0.0)):
+        ctas, threads, in_flight = elementwise_launch(machine, n, case.dtype, inputs)
+        plan = streaming_plan(machine, "silu" if sfu else "mul", "elementwise", case.dtype, bytes_read=inputs * n * eb,
+                              bytes_written=n * eb, flop=4.0 * n, sfu_ops=sfu, num_ctas=ctas, threads_per_cta=threads,
+                              bytes_in_flight_per_thread=in_flight)
+        total += _timed_kernel_s(machine, plan, case.timing_method)
+    return total
+
+
+def _unfused_rmsnorm_s(case, machine: Machine) -> float:
+    """An RMSNorm written as separate eager PyTorch kernels (one pass over the tensor each), timed
+    back to back: each kernel plus the device gap between launches. ``None`` stands for the input
+    dtype's element size. The per-row ``var + eps`` and ``rsqrt`` kernels are tiny and counted as gaps."""
+    eb = DTYPE_BYTES[case.dtype]
+    n = case.rows * case.cols
+    total = 2 * machine.graph_kernel_launch_s  # add-eps and rsqrt on the per-row statistics
+    for name, read, written in UNFUSED_RMSNORM_BYTES_PER_ELEMENT:
+        r = (eb if read is None else read) * n
+        w = (eb if written is None else written) * n if name != "mean" else case.rows * 4.0
+        ctas, threads, in_flight = elementwise_launch(machine, n, "fp32", 1)
+        plan = streaming_plan(machine, name, "elementwise", "fp32", bytes_read=r, bytes_written=w, flop=float(n),
+                              sfu_ops=0.0, num_ctas=ctas, threads_per_cta=threads, bytes_in_flight_per_thread=in_flight)
+        total += simulate_kernel(plan, machine).time_s + machine.graph_kernel_launch_s
+    return total
+
+
 def _l2_case(case, machine: Machine) -> float:
     """Seconds per byte read when every SM repeatedly reads a buffer of ``working_set_bytes``:
     L2-resident buffers stream at L2 bandwidth; a larger buffer read cyclically through an LRU cache
@@ -173,8 +224,8 @@ def _l2_case(case, machine: Machine) -> float:
     return per_byte
 
 
-def _chase_latency_s(working_set: float, machine: Machine, device) -> float:
-    if working_set <= machine.l1_capacity_bytes:
+def _chase_latency_s(working_set: float, machine: Machine, device, bypass_l1: bool = False) -> float:
+    if working_set <= machine.l1_capacity_bytes and not bypass_l1:
         return machine.l1_latency_s
     if machine.kind == "gpu":
         l2 = device.l2

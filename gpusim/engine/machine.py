@@ -121,6 +121,12 @@ def _rates(rates) -> dict[str, float]:
     return {d: v for d, v in rates.model_dump().items() if v is not None}
 
 
+SMALLEST_SHARED_CARVEOUT_BYTES = 8 * 1024
+"""The L1 data cache gets the unified pool minus the shared-memory carve-out; the smallest non-zero
+carve-out is 8 KB on compute capability 7.x-9.x (CUDA C Programming Guide, shared-memory carve-out
+sizes), and every CTA holds at least 1 KB of shared memory reserved for the system (cc 8.0+)."""
+
+
 def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
     tc = gpu.tensor_core
     return Machine(
@@ -145,7 +151,7 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         max_shared_bytes_per_unit=gpu.sm.shared_carveout_bytes or gpu.sm.max_shared_bytes,
         max_shared_bytes_per_cta=min(gpu.sm.max_shared_bytes_per_cta, gpu.sm.shared_carveout_bytes or 1e30),
         l1_bytes_per_cycle=gpu.l1.bandwidth_bytes_per_cycle_per_sm,
-        l1_capacity_bytes=gpu.sm.l1_shared_pool_bytes,
+        l1_capacity_bytes=gpu.sm.l1_shared_pool_bytes - min(SMALLEST_SHARED_CARVEOUT_BYTES, gpu.sm.max_shared_bytes),
         l1_latency_s=gpu.l1.latency_s,
         l2_capacity_bytes=gpu.l2.capacity_bytes,
         l2_bandwidth_bytes_per_s=gpu.l2.bandwidth_bytes_per_s,

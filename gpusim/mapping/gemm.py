@@ -107,7 +107,9 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
         shapes = [(64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128), (64, 256), (256, 64)]
         bk_options = sorted({max(8, int(64 // eb)), max(8, int(128 // eb))})
     else:
-        shapes = [(32, 32), (64, 32), (64, 64), (128, 64), (128, 128), (256, 128)]
+        # CUDA-core (SIMT) GEMMs: the register-blocked tiles cuBLAS and CUTLASS ship (8x8 outputs per
+        # thread), e.g. ampere_sgemm_128x64, volta_sgemm_128x128.
+        shapes = [(64, 64), (128, 64), (64, 128), (128, 128), (256, 128)]
         bk_options = [8, 16]
     output_tiles = batch * math.ceil(m / 64) * math.ceil(n / 64)
     splits = [1]
@@ -116,7 +118,7 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
     for bm, bn in shapes:
         warps = 4 if bm * bn <= 128 * 128 else 8
         if not matrix:
-            warps = max(2, min(8, bm * bn // (8 * 8 * 32)))
+            warps = max(2, min(16, bm * bn // (8 * 8 * 32)))
         for bk in bk_options:
             for stages in (2, 3, 4, 5, 6) if matrix else (2,):
                 for sk in splits:
