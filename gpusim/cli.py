@@ -21,6 +21,8 @@ COMMAND_MODULES = (
     "gpusim.commands.run",
     "gpusim.commands.accuracy",
     "gpusim.commands.calibrate",
+    "gpusim.commands.verify",
+    "gpusim.commands.measure",
 )
 
 

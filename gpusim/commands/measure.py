@@ -1,0 +1,137 @@
+"""``gpusim measure --suite micro|kernels``: time the CUDA kernels on a real GPU.
+
+Writes, under ``--out DIR/<gpu stem or name>/``: ``<suite>.csv`` in the published kernels.csv format
+(``gpusim accuracy --measurements`` reads it), ``<suite>_timings.csv`` (every case: median, min, max),
+``<suite>_plans.csv`` (the exact plan of each own kernel and the engine's time for it) and
+``provenance.json`` (GPU, clocks, driver, versions, date). On a machine without a CUDA GPU it says so
+in one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from gpusim.errors import ConfigError, GpusimError
+
+SUITE_NAMES = ("micro", "kernels")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("measure", help="time the CUDA kernels and microbenchmarks on a real GPU, write CSVs",
+                       description="Time kernels with CUDA events after warm-ups (median, min and max of repeats, "
+                                   "inputs rotated so the L2 does not flatter) and write tidy CSVs with provenance. "
+                                   "Needs a CUDA GPU; without one it exits with code 2.",
+                       epilog="Example: gpusim measure --suite micro --suite kernels --out measurements")
+    p.add_argument("--suite", action="append", required=True, choices=SUITE_NAMES,
+                   help="micro (pointer chase, stream, L2, FMA, host copies) or kernels (GEMM, elementwise, "
+                        "softmax, layernorm, reduction, attention); repeatable")
+    p.add_argument("--out", default="measurements", metavar="DIR",
+                   help="parent folder; files go to DIR/<gpu>/ (default: measurements)")
+    p.add_argument("--hardware", default=None, metavar="NAME_OR_PATH",
+                   help="hardware description to plan for (default: the detected GPU's built-in description)")
+    p.add_argument("--op", action="append", default=[], metavar="OP", help="only cases of these ops (repeatable)")
+    p.add_argument("--repeats", type=int, default=20, help="timed repeats per case (default 20)")
+    p.add_argument("--warmups", type=int, default=3, help="untimed launches before the repeats (default 3)")
+    p.set_defaults(func=cmd_measure)
+
+
+def no_gpu_reason() -> str | None:
+    """Why no CUDA GPU can be measured here (None when one can). Does not import numba when no
+    driver library exists at all."""
+    from gpusim.cuda_backend import cuda_driver_library_present, gpu_status, simulator_requested
+
+    if simulator_requested():
+        return "Numba's CUDA simulator is enabled (NUMBA_ENABLE_CUDASIM); measure needs real hardware"
+    if not cuda_driver_library_present():
+        return "no CUDA driver library on this machine"
+    ok, reason = gpu_status()
+    return None if ok else reason
+
+
+def _write_csv(path: Path, columns: Iterable[str], rows: list[dict[str, Any]]) -> None:
+    columns = list(columns)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({c: _cell(row.get(c, "")) for c in columns})
+    except OSError as exc:
+        raise GpusimError(f"{path}: cannot write: {exc.strerror}") from None
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return value
+
+
+def execute(suites: list[str], machine, gpu: str, provenance: dict[str, Any], out_dir: Path,
+            make_launcher: Callable, timer: Callable, num_warmups: int, num_repeats: int,
+            ops: list[str] | None = None, progress: Callable | None = None) -> list[Path]:
+    """Run the suites with the given launcher factory and timer; write the files; return their paths."""
+    from gpusim.cuda_backend.measure import (KERNEL_COLUMNS, PLAN_COLUMNS, SUITES, TIMING_COLUMNS, kernel_rows,
+                                             plan_rows, run_suite, timing_rows)
+
+    written: list[Path] = []
+    for suite in suites:
+        cases = SUITES[suite](machine)
+        if ops:
+            cases = [c for c in cases if c.op in ops]
+        timings = run_suite(cases, make_launcher, timer, num_warmups, num_repeats, progress)
+        tables = (
+            (out_dir / f"{suite}.csv", KERNEL_COLUMNS, kernel_rows(cases, timings, gpu, provenance)),
+            (out_dir / f"{suite}_timings.csv", TIMING_COLUMNS, timing_rows(cases, timings)),
+            (out_dir / f"{suite}_plans.csv", PLAN_COLUMNS, plan_rows(cases, timings, machine)),
+        )
+        for path, columns, rows in tables:
+            if rows:
+                _write_csv(path, columns, rows)
+                written.append(path)
+    path = out_dir / "provenance.json"
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise GpusimError(f"{path}: cannot write: {exc.strerror}") from None
+    written.append(path)
+    return written
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    if args.repeats < 1 or args.warmups < 0:
+        raise ConfigError("--repeats/--warmups", "", "repeats must be at least 1 and warm-ups at least 0")
+    reason = no_gpu_reason()
+    if reason is not None:
+        print(f"gpusim: no CUDA GPU found ({reason})", file=sys.stderr)
+        return 2
+    from gpusim.cuda_backend.measure import (base_provenance, cuda_event_timer, cuda_launcher, device_provenance,
+                                             folder_name, gpu_stem)
+    from gpusim.cuda_backend.plans import load_machine
+
+    device = device_provenance()
+    stem = args.hardware or gpu_stem(device["gpu_name"])
+    if stem is None:
+        raise ConfigError("--hardware", "", f"no built-in description for {device['gpu_name']!r}; pass --hardware NAME")
+    machine = load_machine(stem)
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    provenance = {**device, **base_provenance(stem, now), "num_warmups": args.warmups, "num_repeats": args.repeats,
+                  "suites": args.suite}
+    out_dir = Path(args.out) / folder_name(device["gpu_name"])
+
+    def progress(case, timing) -> None:
+        print(f"{case.case_id:<44} median {timing.median_s:.4g} s  (min {timing.min_s:.4g}, max {timing.max_s:.4g})",
+              file=sys.stderr)
+
+    written = execute(args.suite, machine, stem, provenance, out_dir, lambda case: cuda_launcher(case, machine),
+                      cuda_event_timer, args.warmups, args.repeats, args.op, progress)
+    for path in written:
+        print(path)
+    return 0
