@@ -87,6 +87,9 @@ class WaveGroup:
 
 
 def wave_groups(plan: KernelPlan, machine: Machine) -> list[WaveGroup]:
+    """Consecutive identical waves (same CTA count, same DRAM bytes) merged into one group. In the
+    fluid model such a run of waves costs the same as its waves one after another: each wave of a
+    GEMM-like kernel still pays its own pipeline fill (``prologue_s`` covers all of them)."""
     slots = plan.ctas_per_unit * machine.num_units
     groups: list[WaveGroup] = []
     remaining = plan.grid
@@ -95,11 +98,13 @@ def wave_groups(plan: KernelPlan, machine: Machine) -> list[WaveGroup]:
     while i < len(waves):
         count = min(slots, remaining)
         run = 1
-        if not plan.prologue_per_wave:
-            while (i + run < len(waves) and remaining - run * slots >= slots
-                   and abs(waves[i + run] - waves[i]) <= 1e-9 * max(1.0, waves[i])):
-                run += 1
-        prologue = machine.dram_latency_s if (plan.prologue_per_wave or i == 0) else 0.0
+        while (i + run < len(waves) and remaining - run * slots >= slots
+               and abs(waves[i + run] - waves[i]) <= 1e-9 * max(1.0, waves[i])):
+            run += 1
+        if plan.prologue_per_wave:
+            prologue = machine.dram_latency_s * run
+        else:
+            prologue = machine.dram_latency_s if i == 0 else 0.0
         dram_per_cta = sum(waves[i:i + run]) / (count * run)
         groups.append(WaveGroup(i, run, count, dram_per_cta, prologue))
         remaining -= count * run

@@ -19,7 +19,8 @@ from gpusim.config.hardware import DTYPE_BYTES
 from gpusim.engine.kernel import estimate_kernel_s
 from gpusim.engine.machine import Machine
 from gpusim.errors import SimulationError
-from gpusim.mapping.gemm import gemm_plan, select_fastest, tile_candidates, uses_matrix_pipe
+from gpusim.mapping.gemm import (gemm_lower_bound_s, gemm_plan, output_bytes_per_element, tile_candidates,
+                                 uses_matrix_pipe)
 from gpusim.mapping.occupancy import ctas_per_unit
 from gpusim.mapping.plan import KernelPlan, Tile
 from gpusim.mapping.streaming import elementwise_launch, row_launch, streaming_plan
@@ -41,14 +42,26 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
     """The fastest predicted tile configuration for a (batched) GEMM."""
     if machine.matrix_rate_per_unit(dtype) is None and machine.vector_rate_per_unit(dtype) is None:
         raise SimulationError(f"{machine.name} has no pipe for {dtype} matrix multiplication")
-    candidates = (gemm_plan(machine, name, op_kind, m, n, k, batch, dtype, t, useful_flop,
-                            a_unique_fraction, b_unique_fraction, b_group, extra_c_bytes_per_element,
-                            sfu_ops_per_output)
-                  for t in tile_candidates(machine, dtype, m, n, k, batch))
-    try:
-        plan = select_fastest(candidates, lambda p: estimate_kernel_s(p, machine))
-    except ValueError:
-        raise SimulationError(f"{name}: no tile configuration fits {machine.name}") from None
+    eb = DTYPE_BYTES[dtype]
+    min_bytes = ((m * k * a_unique_fraction + k * n * b_unique_fraction * batch / max(1, b_group)) * eb
+                 + m * n * output_bytes_per_element(dtype)) * (batch if b_group else 1)
+    ranked = sorted(((gemm_lower_bound_s(machine, m, n, k, batch, dtype, t, min_bytes), i, t)
+                     for i, t in enumerate(tile_candidates(machine, dtype, m, n, k, batch))),
+                    key=lambda x: (x[0], x[1]))
+    best: tuple[float, int, KernelPlan] | None = None
+    for bound, _, tile in ranked:
+        if best is not None and bound >= best[0] or bound == math.inf:
+            break
+        plan = gemm_plan(machine, name, op_kind, m, n, k, batch, dtype, tile, useful_flop, a_unique_fraction,
+                         b_unique_fraction, b_group, extra_c_bytes_per_element, sfu_ops_per_output)
+        if plan is None:
+            continue
+        key = (estimate_kernel_s(plan, machine), plan.grid)
+        if best is None or key < best[:2]:
+            best = (key[0], key[1], plan)
+    if best is None:
+        raise SimulationError(f"{name}: no tile configuration fits {machine.name}")
+    plan = best[2]
     if sparse:
         plan = replace(plan, flop_per_cta=plan.flop_per_cta / machine.sparsity_speedup, name=plan.name + "[2:4]")
     return plan
@@ -117,7 +130,7 @@ def _attention_fused(machine: Machine, op) -> KernelPlan:
     frac = op.useful_fraction()
     flop_per_cta = executed / grid * (blocks_per_head * block / own_len)  # padded last block
     sfu_per_cta = op.num_scores() * frac * (1 if forward else 2) / grid
-    threads = 128 if forward else 256
+    threads = (128 if forward else 256) if machine.kind == "gpu" else machine.max_threads_per_cta
     shared = int((block + 2 * 64 * 2) * d * eb) if forward else int((2 * block + 2 * 64) * d * eb)
     registers = 255 if machine.kind == "gpu" else 32
     per_unit, limiter = ctas_per_unit(machine, threads, registers, shared)

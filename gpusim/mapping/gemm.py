@@ -4,10 +4,11 @@ model of concurrently running CTAs, and library-like selection of the fastest pr
 
 from __future__ import annotations
 
+import functools
 import math
-from collections import OrderedDict
 from typing import Callable, Iterable
 
+import numba
 import numpy as np
 
 from gpusim.config.hardware import DTYPE_BYTES
@@ -29,18 +30,18 @@ def uses_matrix_pipe(machine: Machine, dtype: str) -> bool:
     return machine.matrix_rate_per_unit(dtype) is not None
 
 
-def _swizzled_rows_cols(num_tiles: int, mt: int, nt: int, swizzle: int) -> tuple[np.ndarray, np.ndarray]:
-    u = np.arange(num_tiles, dtype=np.int64)
-    group = u // (swizzle * nt)
-    first_row = group * swizzle
-    rows_in_group = np.minimum(swizzle, mt - first_row)
-    within = u % (swizzle * nt)
-    return first_row + within % rows_in_group, within // rows_in_group
-
-
 def wave_dram_bytes(machine: Machine, m: int, n: int, k: int, batch: int, tile: Tile, in_bytes: float,
                     out_bytes: float, slots: int, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
                     b_group: int = 1, extra_c_bytes_per_element: float = 0.0) -> tuple[float, ...]:
+    return _wave_dram_bytes(machine.l2_capacity_bytes, m, n, k, batch, tile.block_m, tile.block_n, tile.split_k,
+                            tile.swizzle, in_bytes, out_bytes, slots, a_unique_fraction, b_unique_fraction,
+                            b_group, extra_c_bytes_per_element)
+
+
+@functools.lru_cache(maxsize=4096)
+def _wave_dram_bytes(capacity: float, m: int, n: int, k: int, batch: int, bm: int, bn: int, sk: int, swizzle: int,
+                     in_bytes: float, out_bytes: float, slots: int, a_unique_fraction: float,
+                     b_unique_fraction: float, b_group: int, extra_c_bytes_per_element: float) -> tuple[float, ...]:
     """DRAM bytes per wave of ``slots`` concurrently resident CTAs.
 
     CTAs are issued batch by batch, split-K slice by slice, tiles in a swizzled raster (groups of
@@ -51,45 +52,88 @@ def wave_dram_bytes(machine: Machine, m: int, n: int, k: int, batch: int, tile: 
     fractions scale panels whose DRAM bytes are smaller than the GEMM view (implicit-GEMM convolution
     reads each input pixel once, not once per filter tap).
     """
-    bm, bn, sk = tile.block_m, tile.block_n, tile.split_k
-    mt, nt = math.ceil(m / bm), math.ceil(n / bn)
-    tiles = mt * nt
     k_len = math.ceil(k / sk)
-    total = batch * sk * tiles
-    rows, cols = _swizzled_rows_cols(tiles, mt, nt, tile.swizzle)
-    row_size = np.minimum(bm, m - np.arange(mt) * bm) * k_len * in_bytes * a_unique_fraction
-    col_size = np.minimum(bn, n - np.arange(nt) * bn) * k_len * in_bytes * b_unique_fraction
-    c_elements = np.minimum(bm, m - rows * bm) * np.minimum(bn, n - cols * bn)
     # Each CTA writes its share of C; with split-K it also writes FP32 partials that are read back.
     c_bytes_per_element = (out_bytes + extra_c_bytes_per_element) / sk + (8.0 if sk > 1 else 0.0)
-    capacity = machine.l2_capacity_bytes
-    cache: OrderedDict[int, float] = OrderedDict()
-    cached = 0.0
-    waves: list[float] = []
-    for start in range(0, total, slots):
-        idx = np.arange(start, min(start + slots, total), dtype=np.int64)
-        b = idx // (sk * tiles)
-        ks = (idx // tiles) % sk
-        t = idx % tiles
-        bk_key = b * sk + ks
-        a_ids = np.unique((bk_key * mt + rows[t]) * 2)
-        b_key = (b // max(1, b_group)) * sk + ks
-        b_ids = np.unique((b_key * nt + cols[t]) * 2 + 1)
-        traffic = float(c_elements[t].sum()) * c_bytes_per_element
-        for ids, sizes, base in ((a_ids, row_size, mt), (b_ids, col_size, nt)):
-            for pid in ids.tolist():
-                if pid in cache:
-                    cache.move_to_end(pid)
+    waves = _lru_wave_traffic(m, n, batch, bm, bn, sk, swizzle, k_len * in_bytes * a_unique_fraction,
+                              k_len * in_bytes * b_unique_fraction, max(1, b_group), c_bytes_per_element,
+                              int(slots), float(capacity))
+    return tuple(float(w) for w in waves)
+
+
+@numba.njit(cache=True)
+def _lru_wave_traffic(m, n, batch, bm, bn, sk, swizzle, a_bytes_per_row, b_bytes_per_col, b_group,
+                      c_bytes_per_element, slots, capacity):  # pragma: no cover (compiled)
+    """DRAM bytes per wave: CTAs in issue order (batch, split-K slice, swizzled tile raster), whole
+    A row-panels and B column-panels cached in an LRU list of panel ids (a doubly linked list)."""
+    mt = (m + bm - 1) // bm
+    nt = (n + bn - 1) // bn
+    tiles = mt * nt
+    total = batch * sk * tiles
+    num_a = batch * sk * mt
+    num_panels = num_a + ((batch + b_group - 1) // b_group) * sk * nt
+    num_waves = (total + slots - 1) // slots
+    out = np.zeros(num_waves)
+    prev = np.full(num_panels, -1, np.int64)
+    nxt = np.full(num_panels, -1, np.int64)
+    cached = np.zeros(num_panels, np.bool_)
+    size_of = np.zeros(num_panels)
+    seen = np.full(num_panels, -1, np.int64)
+    head = -1  # most recently used
+    tail = -1  # least recently used
+    used = 0.0
+    for w in range(num_waves):
+        traffic = 0.0
+        for i in range(w * slots, min(total, (w + 1) * slots)):
+            b = i // (sk * tiles)
+            ks = (i // tiles) % sk
+            u = i % tiles
+            first_row = (u // (swizzle * nt)) * swizzle
+            rows_in_group = min(swizzle, mt - first_row)
+            within = u % (swizzle * nt)
+            row = first_row + within % rows_in_group
+            col = within // rows_in_group
+            traffic += min(bm, m - row * bm) * min(bn, n - col * bn) * c_bytes_per_element
+            for j in range(2):
+                if j == 0:
+                    pid = (b * sk + ks) * mt + row
+                    size = min(bm, m - row * bm) * a_bytes_per_row
+                else:
+                    pid = num_a + ((b // b_group) * sk + ks) * nt + col
+                    size = min(bn, n - col * bn) * b_bytes_per_col
+                if seen[pid] == w:
                     continue
-                size = float(sizes[(pid // 2) % base])
-                traffic += size
-                cache[pid] = size
-                cached += size
-                while cached > capacity and len(cache) > 1:
-                    _, old = cache.popitem(last=False)
-                    cached -= old
-        waves.append(traffic)
-    return tuple(waves)
+                seen[pid] = w
+                if cached[pid]:  # unlink; it moves to the front below
+                    if prev[pid] != -1:
+                        nxt[prev[pid]] = nxt[pid]
+                    else:
+                        head = nxt[pid]
+                    if nxt[pid] != -1:
+                        prev[nxt[pid]] = prev[pid]
+                    else:
+                        tail = prev[pid]
+                else:
+                    traffic += size
+                    cached[pid] = True
+                    size_of[pid] = size
+                    used += size
+                prev[pid] = -1
+                nxt[pid] = head
+                if head != -1:
+                    prev[head] = pid
+                head = pid
+                if tail == -1:
+                    tail = pid
+                while used > capacity and tail != -1 and tail != head:
+                    old = tail
+                    tail = prev[old]
+                    nxt[tail] = -1
+                    prev[old] = -1
+                    cached[old] = False
+                    used -= size_of[old]
+        out[w] = traffic
+    return out
 
 
 def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch: int) -> list[Tile]:
@@ -97,10 +141,10 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
     eb = DTYPE_BYTES[dtype]
     out: list[Tile] = []
     if machine.kind == "cpu":
+        # oneDNN-style cache blocking: a core's A and B panels (double-buffered) sit in its L2
         for bm in (64, 128, 256):
             for bn in (64, 128, 256):
-                for bk in (128, 256, 512):
-                    out.append(Tile(bm, bn, bk, 2, 1, 1, 8))
+                out.append(Tile(bm, bn, 256, 2, 1, 1, 8))
         return out
     matrix = uses_matrix_pipe(machine, dtype)
     if matrix:
@@ -128,6 +172,51 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
     return out
 
 
+def _resources(machine: Machine, dtype: str, tile: Tile) -> tuple[int, int, int, float, int, str] | None:
+    """(threads, registers per thread, shared bytes, bytes in flight, CTAs per unit, occupancy limiter)
+    of a tile's CTA, or None if it does not fit."""
+    eb = DTYPE_BYTES[dtype]
+    bm, bn, bk = tile.block_m, tile.block_n, tile.block_k
+    shared = int(tile.num_stages * (bm + bn) * bk * eb)
+    if machine.kind == "cpu":
+        threads, registers = machine.max_threads_per_cta, 32
+        in_flight = machine.max_bytes_in_flight_per_unit or 0.0
+    else:
+        threads = tile.num_warps * machine.warp_size
+        acc_words = bm * bn * (2 if dtype == "fp64" else 1)
+        registers = math.ceil(acc_words / threads) + ACCUMULATOR_OVERHEAD_REGISTERS
+        in_flight = max(1, tile.num_stages - 1) * (bm + bn) * bk * eb
+    per_unit, limiter = ctas_per_unit(machine, threads, registers, shared)
+    if per_unit == 0 or in_flight <= 0:
+        return None
+    return threads, registers, shared, in_flight, per_unit, limiter
+
+
+def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dtype: str, tile: Tile,
+                       min_dram_bytes: float) -> float:
+    """A cheap bound no simulation of this tile can beat: every wave's pipeline fill plus its CTAs'
+    math at the SM's rate, or the operands' DRAM bytes at full bandwidth. It orders the candidates
+    and stops the search once no remaining tile can win."""
+    resources = _resources(machine, dtype, tile)
+    rate = machine.matrix_rate_per_unit(dtype) if uses_matrix_pipe(machine, dtype) else machine.vector_rate_per_unit(dtype)
+    if resources is None or not rate:
+        return math.inf
+    threads, _, _, _, per_unit, _ = resources
+    warps = math.ceil(threads / machine.warp_size)
+    k_iters = max(1, math.ceil(math.ceil(k / tile.split_k) / tile.block_k))
+    cta_flop = 2.0 * tile.block_m * tile.block_n * k_iters * tile.block_k
+    grid = batch * tile.split_k * math.ceil(m / tile.block_m) * math.ceil(n / tile.block_n)
+    slots = per_unit * machine.num_units
+
+    def wave_s(count: int) -> float:
+        on_busiest = min(per_unit, math.ceil(count / machine.num_units))
+        share = min(1.0, on_busiest * warps / machine.num_schedulers_per_unit)
+        return machine.dram_latency_s + cta_flop * on_busiest / (rate * share)
+
+    total = (grid // slots) * wave_s(slots) + (wave_s(grid % slots) if grid % slots else 0.0)
+    return max(total, min_dram_bytes / machine.dram_achievable_bytes_per_s)
+
+
 def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int, batch: int, dtype: str,
               tile: Tile, useful_flop: float, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
               b_group: int = 1, extra_c_bytes_per_element: float = 0.0,
@@ -139,22 +228,11 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
     if not matrix and machine.vector_rate_per_unit(dtype) is None:
         return None
     bm, bn, bk, sk = tile.block_m, tile.block_n, tile.block_k, tile.split_k
-    k_len = math.ceil(k / sk)
-    k_iters = max(1, math.ceil(k_len / bk))
-    if machine.kind == "cpu":
-        threads = machine.max_threads_per_cta
-        registers = 32
-        shared = int(tile.num_stages * (bm + bn) * bk * eb)
-        in_flight = machine.max_bytes_in_flight_per_unit or 0.0
-    else:
-        threads = tile.num_warps * machine.warp_size
-        acc_words = bm * bn * (2 if dtype == "fp64" else 1)
-        registers = math.ceil(acc_words / threads) + ACCUMULATOR_OVERHEAD_REGISTERS
-        shared = int(tile.num_stages * (bm + bn) * bk * eb)
-        in_flight = max(1, tile.num_stages - 1) * (bm + bn) * bk * eb
-    per_unit, limiter = ctas_per_unit(machine, threads, registers, shared)
-    if per_unit == 0 or in_flight <= 0:
+    k_iters = max(1, math.ceil(math.ceil(k / sk) / bk))
+    resources = _resources(machine, dtype, tile)
+    if resources is None:
         return None
+    threads, registers, shared, in_flight, per_unit, limiter = resources
     grid = batch * sk * math.ceil(m / bm) * math.ceil(n / bn)
     slots = per_unit * machine.num_units
     waves = wave_dram_bytes(machine, m, n, k, batch, tile, eb, ob, slots, a_unique_fraction, b_unique_fraction,
