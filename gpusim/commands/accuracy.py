@@ -24,6 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cases", action="store_true", help="print every case, not only the worst")
     p.add_argument("--worst", type=int, default=10, metavar="N", help="how many worst cases to print (default 10)")
     p.add_argument("--json", metavar="PATH", help="write per-case results and summaries as JSON (- for stdout)")
+    p.add_argument("--suite", choices=("kernels", "communication", "training", "all"), default="all",
+                   help="which measurements: single-GPU kernels, collectives (communication.csv), multi-GPU "
+                        "training/inference (training.csv), or all (default; training takes about a minute)")
     p.set_defaults(func=cmd_accuracy)
 
 
@@ -43,6 +46,50 @@ def _pct(x: float | None) -> str:
 
 
 def cmd_accuracy(args: argparse.Namespace) -> int:
+    suite = getattr(args, "suite", "all")
+    if suite in ("communication", "training"):
+        return _cluster_suites(args, (suite,))
+    rc = _kernel_suite(args)
+    if suite == "all" and not args.json:
+        print()
+        return _cluster_suites(args, ("communication", "training"))
+    return rc
+
+
+def _cluster_suites(args: argparse.Namespace, suites: tuple[str, ...]) -> int:
+    """Collectives and multi-GPU end-to-end cases (gpusim.accuracy_cluster)."""
+    from gpusim.accuracy_cluster import run_communication, run_training
+    from gpusim.measurements import load_communication_cases, load_training_cases
+
+    out = {}
+    for suite in suites:
+        if suite == "communication":
+            results, skipped = run_communication(load_communication_cases(), args.include_excluded)
+        else:
+            results, skipped = run_training(load_training_cases(), args.include_excluded)
+        out[suite] = (results, skipped)
+        if args.json:
+            continue
+        print(f"{suite} ({'communication.csv' if suite == 'communication' else 'training.csv, multi-GPU rows'}):")
+        print(f"{'case':<52} {'metric':<20} {'measured':>11} {'simulated':>11} {'error':>8}  note")
+        for r in results:
+            print(f"{r.case_id[:52]:<52} {r.metric:<20} {r.measured:11.4g} {r.simulated:11.4g} "
+                  f"{_pct(r.signed_error_fraction):>8}  {r.note}")
+        for s in summarize(results) + summarize(results, lambda r: r.op):
+            print(f"  {s.group:<24} {s.num_cases:4d} cases  MAPE {s.mape_fraction:6.1%}  <=10% {s.within_10_fraction:4.0%}"
+                  f"  <=25% {s.within_25_fraction:4.0%}  worst {_pct(s.worst_error_fraction)}")
+        if skipped:
+            print(f"  skipped {len(skipped)}: " + "; ".join(sorted({s.reason for s in skipped})))
+        print()
+    if args.json:
+        write_json({suite: {"cases": [{"case_id": r.case_id, "metric": r.metric, "measured": r.measured,
+                                        "simulated": r.simulated, "signed_error_fraction": r.signed_error_fraction,
+                                        "note": r.note, "source": r.source} for r in res],
+                            "skipped": [s.__dict__ for s in sk]} for suite, (res, sk) in out.items()}, args.json)
+    return 0
+
+
+def _kernel_suite(args: argparse.Namespace) -> int:
     cases = _load_cases(args.measurements)
     if args.gpu:
         cases = [c for c in cases if c.gpu in args.gpu]

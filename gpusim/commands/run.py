@@ -49,6 +49,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     workload = load_workload(args.workload, wl_items)
     notes = []
     layout = getattr(workload, "parallelism", None)
+    if hardware.kind == "system" and (workload.kind != "model" or layout.num_gpus > 1):
+        from gpusim.engine.cluster import simulate_system
+
+        result = simulate_system(hardware, workload, record_spans=bool(args.trace))
+        if args.trace:
+            write_trace(result, args.trace)
+        if args.json:
+            write_json(result.to_dict(), args.json)
+            if args.json == "-":
+                return 0
+        print_summary(result)
+        return 0
     if layout is not None and layout.data * layout.tensor * layout.pipeline > 1:
         # The single-device engine runs the whole graph on one device: drop the layout so the memory
         # footprint describes what is simulated.
@@ -77,6 +89,16 @@ def print_summary(result) -> None:
             line += f", {result.tokens_per_s:,.0f} tokens/s"
         line += f", MFU {result.mfu_fraction:.1%}"
         print(line)
+    if result.algbw_bytes_per_s is not None:
+        print(f"  {result.collective_algorithm}: algbw {result.algbw_bytes_per_s / 1e9:,.1f} GB/s, "
+              f"busbw {result.busbw_bytes_per_s / 1e9:,.1f} GB/s")
+    if result.parallelism:
+        par = result.parallelism
+        print(f"  {result.num_gpus} GPUs: data {par.get('data')}, tensor {par.get('tensor')}, pipeline "
+              f"{par.get('pipeline')}, schedule {par.get('schedule')}, zero {par.get('zero_stage')}")
+        busiest = sorted(result.link_utilization.items(), key=lambda kv: kv[1], reverse=True)[:4]
+        if busiest:
+            print("  busiest links: " + ", ".join(f"{k} {u:.0%}" for k, u in busiest))
     print(f"  memory {result.peak_memory_bytes / 2**30:.2f} GiB of {result.memory_capacity_bytes / 2**30:.0f} GiB"
           f" ({'fits' if result.fits_in_memory else 'DOES NOT FIT'})")
     for w in result.warnings:

@@ -49,6 +49,10 @@ def link_time_s(op, hardware: HardwareDescription, machine: Machine) -> float | 
     gpus = int(getattr(op, "num_gpus", 1) or 1)
     if gpus <= 1:
         return None
+    if hardware.kind == "system" and gpus <= hardware.num_gpus:
+        from gpusim.engine.collectives import fabric_of, plan_collective
+
+        return plan_collective(op.kind, float(op.num_bytes), gpus, fabric_of(hardware)).time_s
     num_gpus = hardware.num_gpus if hardware.kind == "system" else 1
     raise SimulationError(
         f"{op.kind} across {gpus} GPUs needs the multi-GPU simulation; {hardware.name} is simulated as "

@@ -84,6 +84,14 @@ class SimulationResult:
     warnings: tuple[str, ...] = ()
     spans: tuple[Span, ...] = ()
     num_unique_kernels: int = 0
+    # multi-GPU (gpusim.engine.cluster); absent for single-device runs
+    num_gpus: int = 1
+    parallelism: dict[str, Any] = field(default_factory=dict)
+    link_utilization: dict[str, float] = field(default_factory=dict)
+    """Busy fraction of each representative port over the step (per direction)."""
+    algbw_bytes_per_s: float | None = None
+    busbw_bytes_per_s: float | None = None
+    collective_algorithm: str | None = None
 
     @property
     def total_flop(self) -> float:
@@ -117,5 +125,13 @@ class SimulationResult:
             if self.tokens_per_s is not None:
                 out["tokens_per_s"] = self.tokens_per_s
             out["mfu_fraction"] = self.mfu_fraction
+        if self.num_gpus > 1 or self.parallelism:
+            out["num_gpus"] = self.num_gpus
+            out["parallelism"] = dict(self.parallelism)
+            out["link_utilization"] = dict(self.link_utilization)
+        if self.algbw_bytes_per_s is not None:
+            out["algbw_bytes_per_s"] = self.algbw_bytes_per_s
+            out["busbw_bytes_per_s"] = self.busbw_bytes_per_s
+            out["collective_algorithm"] = self.collective_algorithm
         out["kernels"] = [k.to_dict() for k in self.kernels]
         return out

@@ -293,6 +293,33 @@ class ParallelismSpec(Spec):
     zero_stage: Literal[0, 1, 2, 3] = 0
     """ZeRO (Rajbhandari et al. 2020): 1 shards optimizer states, 2 also gradients, 3 (= FSDP) also weights,
     over the data-parallel GPUs."""
+    schedule: Literal["gpipe", "1f1b", "interleaved"] = "1f1b"
+    """Pipeline schedule (GPipe: Huang et al. 2019; 1F1B: Narayanan et al. 2019 PipeDream-Flush;
+    interleaved: Narayanan et al. 2021, needs virtual_stages > 1)."""
+    microbatches: Optional[count(le=10**6)] = None
+    """Micro-batches per step and pipeline; default gradient_accumulation_steps."""
+    virtual_stages: count(le=1024) = 1
+    """Model chunks per pipeline stage (interleaved schedule)."""
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism: tensor-parallel all-reduces become reduce-scatter + all-gather and
+    norms/dropouts run on 1/tensor of the tokens."""
+    expert: count(le=10**5) = 1
+    """Expert parallelism for mixture-of-experts models: experts split over this many data-parallel GPUs."""
+    overlap_communication: bool = True
+    """Overlap data-parallel gradient reduction (and ZeRO-3 parameter gathers) with compute."""
+    bucket_bytes: NumBytes = 25e6
+    """Gradient bucket for the overlapped data-parallel reduction (PyTorch DDP's default 25 MB)."""
+
+    @model_validator(mode="after")
+    def _schedule(self) -> "ParallelismSpec":
+        if self.virtual_stages > 1 and self.schedule != "interleaved":
+            raise field_error("virtual_stages", "virtual stages need schedule: interleaved")
+        if self.schedule == "interleaved" and self.virtual_stages < 2:
+            raise field_error("schedule", "the interleaved schedule needs virtual_stages >= 2")
+        if self.data % self.expert:
+            raise field_error("expert", f"expert {self.expert} does not divide data {self.data} (experts are "
+                              "spread over data-parallel GPUs)")
+        return self
 
     @property
     def num_gpus(self) -> int:

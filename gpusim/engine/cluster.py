@@ -1,0 +1,661 @@
+"""Simulate a workload on a multi-GPU system: data, tensor, pipeline and expert parallelism at any scale.
+
+Symmetry keeps it small. Every GPU of a pipeline stage runs the same kernels (tensor-parallel shards
+are equal, data-parallel replicas identical), so the engine simulates **one representative GPU per
+pipeline stage**: its kernels are timed by the single-GPU engine (:func:`gpusim.engine.simulate.simulate`,
+one transformer block, the embedding and the head, each once), and its collectives run as fluid flows
+over the representative's NVLink and network ports (:mod:`gpusim.engine.collectives`), where the
+tensor-parallel all-reduces, the pipeline sends and the overlapped data-parallel gradient reduction
+share bandwidth. A SimPy run plays the pipeline schedule (GPipe, 1F1B, interleaved) over the stages;
+bubbles are what the schedule leaves idle, not a formula. 10,240 GPUs cost what 16 stages cost.
+
+Rank layout follows Megatron-LM: tensor-parallel ranks are adjacent (inside a node), then data-parallel,
+then pipeline; a group whose stride times size exceeds a node spans nodes and uses the network.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import simpy
+
+from gpusim.config.derived import peak_flop_per_s
+from gpusim.engine.collectives import CollectivePlan, Fabric, fabric_of, plan_collective
+from gpusim.engine.fluid import FluidSystem
+from gpusim.engine.simulate import PRECISION_PEAK_DTYPE, simulate
+from gpusim.errors import ConfigError, SimulationError
+from gpusim.results.result import SimulationResult, Span
+from gpusim.workload.graph import OpNode, WorkloadGraph
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+# ------------------------------------------------------------------------------------ schedules
+
+
+def pipeline_order(schedule: str, num_stages: int, num_microbatches: int, stage: int,
+                   num_chunks: int = 1) -> list[tuple[str, int, int]]:
+    """The order one stage runs its work: ``("F"|"B", micro-batch, chunk)`` items.
+
+    GPipe: every forward, then every backward. 1F1B (PipeDream-Flush): ``p - s - 1`` warm-up forwards,
+    then one forward and one backward alternately, then the remaining backwards. Interleaved (Megatron):
+    the same with ``v`` model chunks per stage, micro-batches taken in groups of ``p``."""
+    p, m, v, s = num_stages, num_microbatches, num_chunks, stage
+    if schedule == "gpipe":
+        fw = [("F", i, 0) for i in range(m)]
+        return fw + [("B", i, 0) for i in reversed(range(m))]
+    if schedule == "1f1b":
+        warm = min(p - s - 1, m)
+        order = [("F", i, 0) for i in range(warm)]
+        f, b = warm, 0
+        while b < m:
+            if f < m:
+                order.append(("F", f, 0))
+                f += 1
+            order.append(("B", b, 0))
+            b += 1
+        return order
+    if schedule == "interleaved":
+        total = m * v
+
+        def fwd(k: int) -> tuple[str, int, int]:
+            return ("F", (k // (p * v)) * p + k % p, (k // p) % v)
+
+        def bwd(k: int) -> tuple[str, int, int]:
+            return ("B", (k // (p * v)) * p + k % p, v - 1 - (k // p) % v)
+
+        warm = min((p - s - 1) * 2 + (v - 1) * p, total)
+        order = [fwd(k) for k in range(warm)]
+        f, b = warm, 0
+        while b < total:
+            if f < total:
+                order.append(fwd(f))
+                f += 1
+            order.append(bwd(b))
+            b += 1
+        return order
+    raise SimulationError(f"unknown pipeline schedule {schedule!r}; expected one of {', '.join(SCHEDULES)}")
+
+
+# ------------------------------------------------------------------------------------ stage model
+
+
+@dataclass
+class ChunkModel:
+    """One model chunk on one representative GPU, per micro-batch."""
+
+    forward_s: float
+    backward_s: float
+    """Backward including recompute."""
+    num_layers: int
+    layer_comm_forward: list[CollectivePlan] = field(default_factory=list)
+    """Blocking collectives inside the forward (tensor-parallel all-reduces, expert all-to-alls)."""
+    layer_comm_backward: list[CollectivePlan] = field(default_factory=list)
+    grad_bytes: float = 0.0
+    """Gradient bytes this GPU holds for the chunk (data-parallel reduction)."""
+    param_bytes: float = 0.0
+    send_bytes: float = 0.0
+    """Activation bytes sent to the next pipeline stage per micro-batch (and gradients back)."""
+
+
+@dataclass
+class StageModel:
+    chunks: list[ChunkModel]
+    optimizer_s: float = 0.0
+
+
+@dataclass
+class LayoutPlan:
+    """Collective plans and placement the step needs (all per representative GPU)."""
+
+    schedule: str
+    num_stages: int
+    num_microbatches: int
+    num_chunks: int
+    zero_stage: int = 0
+    overlap: bool = True
+    bucket_bytes: float = 25e6
+    dp_plan: Any = None  # callable(collective, bytes) -> CollectivePlan over the data-parallel group
+    p2p_plan: Any = None  # callable(bytes) -> CollectivePlan between adjacent stages
+    p2p_over_network: bool = False
+
+
+@dataclass
+class StepStats:
+    step_s: float
+    compute_s: float
+    exposed_comm_s: float
+    bubble_s: float
+    optimizer_s: float
+    link_utilization: dict[str, float]
+    spans: list[Span]
+
+
+def _ports(stage: int) -> tuple[str, str, str, str]:
+    return (f"stage{stage}.nvlink_tx", f"stage{stage}.nvlink_rx", f"stage{stage}.nic_tx", f"stage{stage}.nic_rx")
+
+
+def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *, record_spans: bool = False
+             ) -> StepStats:
+    """Play one training step of the pipeline schedule in SimPy (one representative GPU per stage)."""
+    env = simpy.Environment()
+    p, m, v = lp.num_stages, lp.num_microbatches, lp.num_chunks
+    intra_cap = fabric.intra_port_bytes_per_s if fabric and fabric.intra_port_bytes_per_s > 0 else 1e12
+    nic_cap = fabric.nic_port_bytes_per_s if fabric and fabric.nic_port_bytes_per_s > 0 else 1e12
+    caps = {}
+    for s in range(p):
+        a, b, c, d = _ports(s)
+        caps.update({a: intra_cap, b: intra_cap, c: nic_cap, d: nic_cap})
+    fluid = FluidSystem(env, caps)
+    spans: list[Span] = []
+    fwd_done = {(i, vs): env.event() for i in range(m) for vs in range(p * v)}
+    fwd_arrived = {(i, vs): env.event() for i in range(m) for vs in range(p * v)}
+    bwd_arrived = {(i, vs): env.event() for i in range(m) for vs in range(p * v)}
+    stats = [{"compute": 0.0, "comm": 0.0, "bubble": 0.0, "optimizer": 0.0, "end": 0.0} for _ in range(p)]
+
+    def flow(plan: CollectivePlan, src: int, dst: int | None = None, label: str = ""):
+        """Run ``plan`` on the ports of stage ``src`` (and ``dst`` for a send): latency, then a fluid flow."""
+        start = env.now
+        if plan.latency_s > 0:
+            yield env.timeout(plan.latency_s)
+        demands: dict[str, float] = {}
+        tx_i, rx_i, tx_n, rx_n = _ports(src)
+        rd = _ports(dst if dst is not None else src)
+        if plan.intra_bytes > 0:
+            scaled = plan.intra_bytes * intra_cap / plan.intra_bytes_per_s
+            demands[tx_i] = demands.get(tx_i, 0.0) + scaled
+            demands[rd[1]] = demands.get(rd[1], 0.0) + scaled
+        if plan.nic_bytes > 0:
+            scaled = plan.nic_bytes * nic_cap / plan.nic_bytes_per_s
+            demands[tx_n] = demands.get(tx_n, 0.0) + scaled
+            demands[rd[3]] = demands.get(rd[3], 0.0) + scaled
+        if demands:
+            f = fluid.add_flow(1.0, 1.0, demands, max_rate=1e30, label=label)
+            yield f.done
+        if record_spans:
+            track = f"stage {src} {'network' if plan.nic_bytes > 0 else 'nvlink'}"
+            spans.append(Span(track, f"{plan.collective} {label}", start, env.now,
+                              (("algorithm", plan.algorithm), ("protocol", plan.protocol),
+                               ("bytes", plan.num_bytes))))
+
+    def merged(plans: list[CollectivePlan]) -> CollectivePlan | None:
+        if not plans:
+            return None
+        lat = sum(x.latency_s for x in plans)
+        intra = sum(x.intra_bytes * intra_cap / x.intra_bytes_per_s for x in plans)
+        nic = sum(x.nic_bytes * nic_cap / x.nic_bytes_per_s for x in plans)
+        first = plans[0]
+        return CollectivePlan(first.collective, first.algorithm, first.protocol,
+                              sum(x.num_bytes for x in plans), first.num_gpus, lat, intra, nic, intra_cap, nic_cap)
+
+    fw_comm = [[merged(c.layer_comm_forward) for c in st.chunks] for st in stages]
+    bw_comm = [[merged(c.layer_comm_backward) for c in st.chunks] for st in stages]
+    dp_queues = [simpy.Store(env) for _ in range(p)]
+    dp_pending = [0] * p
+    dp_idle = [env.event() for _ in range(p)]
+    for ev in dp_idle:
+        ev.succeed()
+
+    def dp_stream(s: int):
+        while True:
+            item = yield dp_queues[s].get()
+            if item is None:
+                return
+            plan, label = item
+            yield from flow(plan, s, label=label)
+            dp_pending[s] -= 1
+            if dp_pending[s] == 0 and not dp_idle[s].triggered:
+                dp_idle[s].succeed()
+
+    def submit(s: int, plan: CollectivePlan | None, label: str):
+        if plan is None:
+            return
+        if dp_pending[s] == 0:
+            dp_idle[s] = env.event()
+        dp_pending[s] += 1
+        dp_queues[s].put((plan, label))
+
+    def send(s: int, plan: CollectivePlan, event: simpy.Event, dst: int, label: str):
+        yield from flow(plan, s, dst, label)
+        event.succeed()
+
+    def stage_proc(s: int):
+        st = stages[s]
+        order = pipeline_order(lp.schedule, p, m, s, v)
+        last_b = {}
+        for idx, (kind, i, c) in enumerate(order):
+            if kind == "B":
+                last_b[c] = idx
+        if lp.zero_stage in (1, 2) and lp.dp_plan is not None:
+            # parameter all-gather after the previous step's sharded optimizer; overlapped it hides
+            # behind the forwards
+            for c, ch in enumerate(st.chunks):
+                submit(s, lp.dp_plan("all_gather", ch.param_bytes), f"param all-gather chunk {c}")
+            if not lp.overlap:
+                t0 = env.now
+                yield dp_idle[s]
+                stats[s]["comm"] += env.now - t0
+        for idx, (kind, i, c) in enumerate(order):
+            ch = st.chunks[c]
+            vs = c * p + s
+            t0 = env.now
+            if kind == "F":
+                if vs > 0:
+                    yield fwd_arrived[(i, vs)]
+            else:
+                yield (bwd_arrived[(i, vs)] if vs < p * v - 1 else fwd_done[(i, vs)])
+            stats[s]["bubble"] += env.now - t0
+            start = env.now
+            compute = ch.forward_s if kind == "F" else ch.backward_s
+            comm = fw_comm[s][c] if kind == "F" else bw_comm[s][c]
+            zero3 = None
+            if lp.zero_stage == 3 and lp.dp_plan is not None:
+                zero3 = [lp.dp_plan("all_gather", ch.param_bytes)]
+                if kind == "B":
+                    zero3.append(lp.dp_plan("reduce_scatter", ch.grad_bytes))
+            if zero3:
+                procs = [env.process(flow(z, s, label=f"zero3 {z.collective}")) for z in zero3]
+                if lp.overlap:
+                    # layer-by-layer prefetch: the first layer's gather is exposed, the rest overlaps
+                    first = sum(z.latency_s + z.transfer_s for z in zero3[:1]) / max(1, ch.num_layers)
+                    t1 = env.now
+                    yield env.timeout(first)
+                    stats[s]["comm"] += env.now - t1
+                    t1 = env.now
+                    yield env.timeout(compute)
+                    stats[s]["compute"] += compute
+                    t2 = env.now
+                    yield simpy.AllOf(env, procs)
+                    stats[s]["comm"] += env.now - t2
+                else:
+                    t1 = env.now
+                    yield simpy.AllOf(env, procs)
+                    stats[s]["comm"] += env.now - t1
+                    yield env.timeout(compute)
+                    stats[s]["compute"] += compute
+            elif kind == "B" and idx == last_b.get(c) and lp.dp_plan is not None and lp.zero_stage < 3 \
+                    and ch.grad_bytes > 0:
+                # last micro-batch: gradients become ready layer by layer; buckets reduce as they fill
+                collective = "all_reduce" if lp.zero_stage == 0 else "reduce_scatter"
+                layers = max(1, ch.num_layers)
+                per_layer = ch.grad_bytes / layers
+                bucket = 0.0
+                for _ in range(layers):
+                    yield env.timeout(compute / layers)
+                    bucket += per_layer
+                    if lp.overlap and bucket >= lp.bucket_bytes:
+                        submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
+                        bucket = 0.0
+                stats[s]["compute"] += compute
+                if bucket > 0:
+                    submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
+            else:
+                yield env.timeout(compute)
+                stats[s]["compute"] += compute
+            if comm is not None:
+                t1 = env.now
+                yield from flow(comm, s, label="tensor/expert parallel")
+                stats[s]["comm"] += env.now - t1
+            if record_spans:
+                spans.append(Span(f"stage {s} compute", f"{kind}{i}" + (f".{c}" if v > 1 else ""), start, env.now,
+                                  (("microbatch", i), ("chunk", c))))
+            if kind == "F":
+                fwd_done[(i, vs)].succeed()
+                if vs < p * v - 1:
+                    dst = (vs + 1) % p
+                    if lp.p2p_plan is not None and ch.send_bytes > 0 and p > 1:
+                        env.process(send(s, lp.p2p_plan(ch.send_bytes), fwd_arrived[(i, vs + 1)], dst, f"F{i}"))
+                    else:
+                        fwd_arrived[(i, vs + 1)].succeed()
+            else:
+                if vs > 0:
+                    dst = (vs - 1) % p
+                    if lp.p2p_plan is not None and ch.send_bytes > 0 and p > 1:
+                        env.process(send(s, lp.p2p_plan(ch.send_bytes), bwd_arrived[(i, vs - 1)], dst, f"B{i}"))
+                    else:
+                        bwd_arrived[(i, vs - 1)].succeed()
+        t0 = env.now
+        yield dp_idle[s]
+        stats[s]["comm"] += env.now - t0
+        dp_queues[s].put(None)
+        t0 = env.now
+        yield env.timeout(st.optimizer_s)
+        stats[s]["optimizer"] += env.now - t0
+        if record_spans and st.optimizer_s > 0:
+            spans.append(Span(f"stage {s} compute", "optimizer", t0, env.now))
+        stats[s]["end"] = env.now
+
+    for s in range(p):
+        env.process(dp_stream(s))
+        env.process(stage_proc(s))
+    env.run()
+    step = max(x["end"] for x in stats)
+    util = {}
+    for res in caps:
+        u = fluid.utilization(res, step)
+        if u > 0:
+            util[res] = u
+    n = float(p)
+    return StepStats(
+        step_s=step,
+        compute_s=sum(x["compute"] for x in stats) / n,
+        exposed_comm_s=sum(x["comm"] for x in stats) / n,
+        bubble_s=sum(x["bubble"] + (step - x["end"]) for x in stats) / n,
+        optimizer_s=sum(x["optimizer"] for x in stats) / n,
+        link_utilization=util,
+        spans=spans,
+    )
+
+
+# ------------------------------------------------------------------------------------ building the step
+
+
+def _group_per_node(gpus_per_node: int, stride: int, size: int) -> int:
+    """GPUs of a group (members ``stride`` ranks apart) that share a node."""
+    if size <= 1:
+        return 1
+    if stride >= gpus_per_node:
+        return 1
+    return max(1, min(size, gpus_per_node // stride))
+
+
+def _phase_times(hardware, nodes: list[OpNode], name: str) -> tuple[dict[str, float], Any]:
+    from gpusim.workload.graph import chain
+
+    workload = SimpleNamespace(name=name, kind="ops", graph=WorkloadGraph(tuple(chain(nodes))), memory=None)
+    result = simulate(hardware, workload, record_spans=False)
+    phases: dict[str, float] = {}
+    for k in result.kernels:
+        phases[k.phase] = phases.get(k.phase, 0.0) + k.time_s + k.launch_gap_s
+    return phases, result
+
+
+def _error(workload, key: str, message: str) -> ConfigError:
+    return ConfigError(getattr(workload, "source", workload.name), key, message)
+
+
+def simulate_system(hardware, workload, *, record_spans: bool = False, notes: tuple[str, ...] = ()
+                    ) -> SimulationResult:
+    """Simulate ``workload`` on the system ``hardware`` (a loaded system description).
+
+    Op lists (collectives, copies, kernels) run on the single-device timeline with collectives timed
+    by :mod:`gpusim.engine.collectives`; a model workload runs with its ``parallelism:`` layout."""
+    if hardware.kind != "system":
+        raise SimulationError(f"{hardware.name} is a single device, not a system")
+    if getattr(workload, "kind", "ops") != "model":
+        return _simulate_ops(hardware, workload, record_spans, notes)
+    return _simulate_model(hardware, workload, record_spans, notes)
+
+
+def _simulate_ops(hardware, workload, record_spans, notes) -> SimulationResult:
+    result = simulate(hardware, workload, record_spans=record_spans, notes=notes)
+    collectives = [n for n in workload.graph.nodes if n.op.category == "collective"]
+    extra: dict[str, Any] = {"num_gpus": hardware.num_gpus}
+    if len(collectives) == 1:
+        op = collectives[0].op
+        fabric = fabric_of(hardware)
+        plan = plan_collective(op.kind, float(op.num_bytes), int(op.num_gpus), fabric)
+        extra.update(algbw_bytes_per_s=plan.algbw_bytes_per_s, busbw_bytes_per_s=plan.busbw_bytes_per_s,
+                     collective_algorithm=f"{plan.algorithm}/{plan.protocol}")
+    return dataclasses.replace(result, **extra)
+
+
+def _simulate_model(hardware, workload, record_spans, notes) -> SimulationResult:
+    from gpusim.workload.expand import training_nodes
+    from gpusim.workload.models import transformer as T
+    from gpusim.workload.ops import Matmul, dtype_bytes
+    from gpusim.workload.precision import policy as precision_policy
+    from gpusim.workload.spec import LANGUAGE_MODELS
+
+    spec = workload.spec
+    par = spec.parallelism
+    t, p, d = par.tensor, par.pipeline, par.data
+    n_gpus = t * p * d
+    warnings = list(notes)
+    if n_gpus > hardware.num_gpus:
+        raise _error(workload, "parallelism", f"the layout needs {n_gpus} GPUs (data {d} x tensor {t} x pipeline "
+                     f"{p}); {hardware.name} has {hardware.num_gpus} (set num_nodes)")
+    if n_gpus < hardware.num_gpus:
+        warnings.append(f"the layout uses {n_gpus} of the {hardware.num_gpus} GPUs of {hardware.name}")
+    fabric = fabric_of(hardware)
+    gpn = hardware.num_gpus_per_node
+    if t > gpn:
+        warnings.append(f"tensor parallelism {t} spans nodes ({gpn} GPUs per node): its all-reduces use the network")
+    training = spec.mode == "train"
+    m = par.microbatches or spec.gradient_accumulation_steps
+    v = par.virtual_stages
+    pol = precision_policy(spec.precision)
+    act_bytes = dtype_bytes(pol.activation_dtype)
+    plans: dict[tuple, CollectivePlan] = {}
+
+    def group_plan(collective: str, nbytes: float, size: int, stride: int) -> CollectivePlan:
+        key = (collective, round(nbytes), size, stride)
+        if key not in plans:
+            plans[key] = plan_collective(collective, nbytes, size, fabric,
+                                         gpus_per_node=_group_per_node(gpn, stride, size))
+        return plans[key]
+
+    lm = spec.model in LANGUAGE_MODELS
+    if not lm and (t > 1 or p > 1):
+        raise _error(workload, "parallelism", f"tensor and pipeline parallelism need a transformer model, not "
+                     f"{spec.model}; use data parallelism")
+    kernels: tuple = ()
+    if lm:
+        r = T.resolve(spec.model, spec.config)
+        if r.num_layers % (p * v):
+            raise _error(workload, "parallelism.pipeline", f"{r.num_layers} layers are not divisible by pipeline "
+                         f"{p} x virtual_stages {v}")
+        if r.num_experts > 1 and r.num_experts % par.expert:
+            raise _error(workload, "parallelism.expert", f"{r.num_experts} experts are not divisible by expert "
+                         f"{par.expert}")
+        if par.expert > 1 and r.num_experts <= 1:
+            raise _error(workload, "parallelism.expert", "expert parallelism needs a mixture-of-experts model")
+        if par.schedule == "interleaved" and m % p:
+            raise _error(workload, "parallelism.microbatches", f"the interleaved schedule needs micro-batches ({m}) "
+                         f"divisible by pipeline {p}")
+        rt = dataclasses.replace(r, num_heads=r.num_heads // t, num_kv_heads=max(1, r.num_kv_heads // t),
+                                 ffn_hidden_size=math.ceil(r.ffn_hidden_size / t),
+                                 vocab_size=math.ceil(r.vocab_size / t))
+    if not training:
+        if not lm:
+            result = simulate(hardware, workload, record_spans=record_spans, notes=tuple(warnings))
+            return dataclasses.replace(result, num_gpus=n_gpus)
+        return _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, record_spans)
+
+    # ---- training: time one block, the embedding and the head on a representative GPU -----------------
+    e = par.expert
+    if lm:
+        tokens = spec.batch_size * r.seq_len
+        layers = T.build_layers(rt, pol, batch=spec.batch_size, seq_q=r.seq_len, seq_kv=r.seq_len, training=True)
+        if e > 1:
+            layers = tuple(_expert_shard(layer, e, Matmul) for layer in layers)
+        units = {"embedding": layers[0], "block": layers[1], "head": layers[-1]}
+        unit_times: dict[str, dict[str, float]] = {}
+        unit_params: dict[str, float] = {}
+        for key, layer in units.items():
+            nodes = training_nodes([layer], fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
+                                   micro_batches=m, optimizer=spec.optimizer_name, policy=pol)
+            nodes = [dataclasses.replace(n, repeat=1) if n.phase != "optimizer" else n for n in nodes]
+            unit_times[key], res = _phase_times(hardware, nodes, f"{workload.name}.{key}")
+            unit_params[key] = float(layer.num_parameters())
+            if key == "block":
+                kernels = res.kernels
+        h = r.hidden_size
+        moe = r.num_experts > 1
+        tp_ar = tokens * h * act_bytes
+
+        def tp_plans(count: int) -> list[CollectivePlan]:
+            if t <= 1 or count == 0:
+                return []
+            if par.sequence_parallel:
+                return [group_plan("reduce_scatter", tp_ar, t, 1), group_plan("all_gather", tp_ar, t, 1)] * count
+            return [group_plan("all_reduce", tp_ar, t, 1)] * count
+
+        def ep_plans(count: int) -> list[CollectivePlan]:
+            if not moe or e <= 1:
+                return []
+            return [group_plan("all_to_all", tokens * r.top_k * h * act_bytes, e, t)] * count
+
+        recompute_ar = 2 if spec.activation_checkpointing == "full" else 0
+        P = p * v
+        per_chunk = r.num_layers // P
+        stages = []
+        grad_b, weight_b = dtype_bytes(pol.grad_dtype), dtype_bytes(pol.weight_dtype)
+        for s in range(p):
+            chunks = []
+            opt = 0.0
+            for c in range(v):
+                vs = c * p + s
+                fw = unit_times["block"].get("forward", 0.0) * per_chunk
+                bw = (unit_times["block"].get("backward", 0.0) + unit_times["block"].get("recompute", 0.0)) * per_chunk
+                params = unit_params["block"] * per_chunk
+                opt += unit_times["block"].get("optimizer", 0.0) * per_chunk
+                lcf = tp_plans(2 * per_chunk) + ep_plans(2 * per_chunk)
+                lcb = tp_plans((2 + recompute_ar) * per_chunk) + ep_plans(2 * per_chunk)
+                for key, present in (("embedding", vs == 0), ("head", vs == P - 1)):
+                    if present:
+                        fw += unit_times[key].get("forward", 0.0)
+                        bw += unit_times[key].get("backward", 0.0) + unit_times[key].get("recompute", 0.0)
+                        params += unit_params[key]
+                        opt += unit_times[key].get("optimizer", 0.0)
+                        (lcf if key == "embedding" else lcb).extend(tp_plans(1))
+                chunks.append(ChunkModel(fw, bw, per_chunk + (vs == 0) + (vs == P - 1), lcf, lcb,
+                                         grad_bytes=params * grad_b, param_bytes=params * weight_b,
+                                         send_bytes=tp_ar / (t if par.sequence_parallel else 1)))
+            if par.zero_stage >= 1:
+                opt /= d
+            stages.append(StageModel(chunks, opt))
+    else:
+        phases, res = _phase_times(hardware, list(workload.graph.nodes), workload.name)
+        kernels = res.kernels
+        params = float(workload.num_parameters)
+        layers_with_params = len({n.layer for n in workload.graph.nodes if n.phase == "optimizer"}) or 1
+        opt = phases.get("optimizer", 0.0) / (d if par.zero_stage >= 1 else 1)
+        stages = [StageModel([ChunkModel(phases.get("forward", 0.0),
+                                         phases.get("backward", 0.0) + phases.get("recompute", 0.0),
+                                         layers_with_params, grad_bytes=params * dtype_bytes(pol.grad_dtype),
+                                         param_bytes=params * dtype_bytes(pol.weight_dtype))], opt)]
+        m = 1
+    pp_stride = t * d
+    lp = LayoutPlan(
+        schedule=par.schedule if p > 1 else "1f1b", num_stages=p, num_microbatches=m, num_chunks=v if lm else 1,
+        zero_stage=par.zero_stage, overlap=par.overlap_communication, bucket_bytes=par.bucket_bytes,
+        dp_plan=(lambda coll, nbytes: group_plan(coll, nbytes, d, t)) if d > 1 else None,
+        p2p_plan=(lambda nbytes: plan_collective("send_recv", nbytes, 2, fabric,
+                                                 gpus_per_node=1 if pp_stride >= gpn else 2)) if p > 1 else None,
+    )
+    if lm and par.zero_stage == 3 and d == 1:
+        warnings.append("zero_stage 3 with data 1 shards nothing")
+    stats = run_step(fabric, stages, lp, record_spans=record_spans)
+    return _training_result(hardware, workload, stats, n_gpus, m, kernels, warnings, fabric)
+
+
+def _expert_shard(layer, e: int, Matmul):
+    """Split a mixture-of-experts block's experts over ``e`` GPUs: each holds E/e experts and receives the
+    tokens routed to them from all ``e`` GPUs (the same number of routed tokens per GPU on average)."""
+    ops = []
+    for f in layer.ops:
+        if f.name in ("experts_up", "experts_down"):
+            op = f.op
+            local = op.batch // e
+            op = Matmul(m=op.m * e, n=op.n, k=op.k, batch=local, b_batch=local, dtype=op.dtype)
+            f = dataclasses.replace(f, op=op, num_parameters=f.num_parameters // e)
+        ops.append(f)
+    return dataclasses.replace(layer, ops=tuple(ops))
+
+
+def _peak(hardware, precision: str) -> float:
+    return peak_flop_per_s(hardware.gpu, PRECISION_PEAK_DTYPE.get(precision, "fp32")) or 0.0
+
+
+def _memory(workload) -> tuple[dict[str, float], float]:
+    memory = workload.memory
+    keys = ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
+            "workspace_bytes")
+    out = {k: float(getattr(memory, k)) for k in keys}
+    out["total_bytes"] = float(memory.total_bytes)
+    return out, float(memory.total_bytes)
+
+
+def _fit_warning(hardware, total: float, warnings: list[str]) -> bool:
+    capacity = hardware.gpu.dram.capacity_bytes
+    if total > capacity:
+        warnings.append(f"does not fit: the layout needs {total / 2**30:.1f} GiB per GPU, {hardware.gpu.dram.type} "
+                        f"holds {capacity / 2**30:.1f} GiB (short by {(total - capacity) / 2**30:.1f} GiB); "
+                        "times assume it fit")
+        return False
+    return True
+
+
+def _training_result(hardware, workload, stats: StepStats, n_gpus: int, m: int, kernels, warnings, fabric
+                     ) -> SimulationResult:
+    spec = workload.spec
+    par = spec.parallelism
+    ga = spec.gradient_accumulation_steps
+    step = stats.step_s
+    scale = par.data * (m / ga if workload.kind == "model" and (par.microbatches or ga) != ga else 1.0)
+    model_flop = workload.model_flop_per_step * scale
+    samples = workload.samples_per_step * scale
+    tokens = workload.tokens_per_step * scale if workload.tokens_per_step else None
+    peak = _peak(hardware, spec.precision)
+    memory, total = _memory(workload)
+    fits = _fit_warning(hardware, total, warnings)
+    return SimulationResult(
+        hardware=hardware.name, workload=workload.name, total_time_s=step, kernels=tuple(kernels),
+        peak_memory_bytes=total, memory_capacity_bytes=hardware.gpu.dram.capacity_bytes, fits_in_memory=fits,
+        launch_mode="eager", calibration_source=(hardware.gpu.calibration.source if hardware.gpu.calibration
+                                                 else "uncalibrated (datasheet values)"),
+        step_time_s=step, samples_per_s=samples / step, tokens_per_s=(tokens / step) if tokens else None,
+        mfu_fraction=model_flop / (step * peak * n_gpus) if peak > 0 else 0.0, memory=memory,
+        time_breakdown_s={"compute": stats.compute_s, "exposed_communication": stats.exposed_comm_s,
+                          "pipeline_bubble": stats.bubble_s, "optimizer": stats.optimizer_s},
+        warnings=tuple(warnings), spans=tuple(stats.spans), num_unique_kernels=len(kernels),
+        num_gpus=n_gpus, parallelism=par.model_dump(), link_utilization=stats.link_utilization,
+    )
+
+
+def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, record_spans) -> SimulationResult:
+    from gpusim.workload.graph import chain
+    from gpusim.workload.load import _inference_nodes
+    from gpusim.workload.ops import dtype_bytes
+
+    spec = workload.spec
+    par = spec.parallelism
+    t, p = par.tensor, par.pipeline
+    details = dict(workload.details)
+    nodes = _inference_nodes(spec, rt, pol, spec.fusion, details)
+    rank = SimpleNamespace(name=workload.name, kind="ops", graph=WorkloadGraph(tuple(chain(nodes))), memory=None)
+    result = simulate(hardware, rank, record_spans=record_spans)
+    compute = result.total_time_s
+    act = dtype_bytes(pol.activation_dtype)
+    h = r.hidden_size
+    passes = [(spec.batch_size * details["prompt_len"], 1)]
+    passes += [(spec.batch_size, b["num_steps"]) for b in details.get("decode_buckets", [])]
+    comm = 0.0
+    for tokens, count in passes:
+        if t > 1:
+            comm += count * (2 * r.num_layers + 1) * group_plan("all_reduce", tokens * h * act, t, 1).time_s
+        if p > 1:
+            gpn = hardware.num_gpus_per_node
+            comm += count * (p - 1) * plan_collective("send_recv", tokens * h * act, 2, fabric,
+                                                      gpus_per_node=1 if t >= gpn else 2).time_s
+    total = compute + comm
+    memory, footprint = _memory(workload)
+    fits = _fit_warning(hardware, footprint, warnings)
+    peak = _peak(hardware, spec.precision)
+    n_gpus = t * p
+    return SimulationResult(
+        hardware=hardware.name, workload=workload.name, total_time_s=total, kernels=result.kernels,
+        peak_memory_bytes=footprint, memory_capacity_bytes=hardware.gpu.dram.capacity_bytes, fits_in_memory=fits,
+        launch_mode="eager", calibration_source=result.calibration_source, step_time_s=total,
+        samples_per_s=workload.samples_per_step / total,
+        tokens_per_s=(workload.tokens_per_step / total) if workload.tokens_per_step else None,
+        mfu_fraction=workload.model_flop_per_step / (total * peak * n_gpus) if peak > 0 else 0.0,
+        memory=memory, time_breakdown_s={"compute": compute, "exposed_communication": comm},
+        warnings=tuple(warnings), spans=result.spans, num_unique_kernels=result.num_unique_kernels,
+        num_gpus=n_gpus, parallelism=par.model_dump(),
+    )

@@ -1,0 +1,89 @@
+"""Collective algorithms and their cost on hand-derivable fabrics."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gpusim.config import load_hardware
+from gpusim.engine.cluster import LayoutPlan, StageModel, ChunkModel, run_step
+from gpusim.engine.collectives import PROTOCOLS, Fabric, busbw_factor, fabric_of, plan_collective
+from gpusim.errors import SimulationError
+
+SIMPLE = PROTOCOLS[2]
+
+
+def tiny(port=1e9, hop=1e-6, gpus=4, nodes=1, nic=0.0, nvls=False, topology="nvswitch", links=1):
+    return Fabric("tiny", gpus, nodes, topology, port / links, links, port, hop, nvls, nic, 2e-6, 0.0)
+
+
+def test_ring_all_reduce_is_exact_on_a_tiny_system():
+    f = tiny()
+    plan = plan_collective("all_reduce", 3e9, 4, f, algorithm="ring", protocol="Simple")
+    # 2(n-1) = 6 steps of 3.4 x 1 us, Simple base 8.4 us, each GPU sends 2 * 3/4 * 3 GB at 1 GB/s
+    assert plan.time_s == pytest.approx(4.5 + 8.4e-6 + 6 * 3.4e-6, rel=1e-12)
+    assert plan.busbw_bytes_per_s == pytest.approx(3e9 * 1.5 / plan.time_s)
+
+
+def test_all_gather_moves_half_of_all_reduce():
+    f = tiny()
+    ar = plan_collective("all_reduce", 8e9, 4, f, algorithm="ring", protocol="Simple")
+    ag = plan_collective("all_gather", 8e9, 4, f, algorithm="ring", protocol="Simple")
+    assert ag.intra_bytes == pytest.approx(ar.intra_bytes / 2)
+
+
+def test_small_messages_are_latency_bound_and_large_bandwidth_bound():
+    f = fabric_of(load_hardware("dgx_a100"))
+    small = plan_collective("all_reduce", 1024, 8, f)
+    large = plan_collective("all_reduce", 2**34, 8, f)
+    assert small.transfer_s < small.latency_s
+    assert large.transfer_s > 100 * large.latency_s
+    assert small.protocol == "LL" and large.protocol == "Simple"
+
+
+def test_nvls_chosen_for_large_all_reduce_where_the_switch_reduces():
+    f = fabric_of(load_hardware("dgx_h100"))
+    assert plan_collective("all_reduce", 2**30, 8, f).algorithm == "nvls"
+    assert plan_collective("all_reduce", 2**30, 8, fabric_of(load_hardware("dgx_a100"))).algorithm == "ring"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"]),
+       st.floats(1e3, 1e11), st.integers(2, 8), st.integers(1, 4))
+def test_doubling_link_bandwidth_never_slows_a_collective(collective, nbytes, gpus_per_node, nodes):
+    n = gpus_per_node * nodes if collective != "send_recv" else 2
+    slow = tiny(port=100e9, gpus=gpus_per_node, nodes=nodes, nic=25e9)
+    fast = tiny(port=200e9, gpus=gpus_per_node, nodes=nodes, nic=50e9)
+    if n > slow.num_gpus:
+        return
+    assert plan_collective(collective, nbytes, n, fast).time_s <= plan_collective(collective, nbytes, n, slow).time_s
+
+
+def test_busbw_factors_follow_nccl_tests():
+    assert busbw_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert busbw_factor("all_gather", 8) == pytest.approx(0.875)
+    assert busbw_factor("send_recv", 2) == 1.0
+
+
+def test_too_many_gpus_is_an_error():
+    with pytest.raises(SimulationError):
+        plan_collective("all_reduce", 1e6, 16, tiny())
+
+
+def test_a_collective_alone_on_its_ports_runs_as_planned_in_the_fluid_engine():
+    """A data-parallel all-reduce as a fluid flow takes exactly the plan's time when nothing shares the ports."""
+    f = tiny(port=10e9)
+    plan = plan_collective("all_reduce", 1e9, 4, f)
+    stage = StageModel([ChunkModel(0.0, 0.0, 1, grad_bytes=1e9)])
+    lp = LayoutPlan("1f1b", 1, 1, 1, bucket_bytes=1e12,
+                    dp_plan=lambda coll, nbytes: plan_collective(coll, nbytes, 4, f))
+    stats = run_step(f, [stage], lp)
+    assert stats.step_s == pytest.approx(plan.time_s, rel=1e-9)
+
+
+def test_two_collectives_sharing_a_port_take_twice_as_long():
+    f = tiny(port=10e9)
+    plan = plan_collective("all_reduce", 1e9, 4, f, algorithm="ring", protocol="Simple")
+    chunk = ChunkModel(0.0, 0.0, 1, layer_comm_backward=[plan])
+    one = run_step(f, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1)).step_s
+    chunk2 = ChunkModel(0.0, 0.0, 1, layer_comm_backward=[plan, plan])
+    two = run_step(f, [StageModel([chunk2])], LayoutPlan("1f1b", 1, 1, 1)).step_s
+    assert two == pytest.approx(2 * one, rel=1e-9)

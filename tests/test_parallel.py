@@ -1,0 +1,49 @@
+"""Layout transforms (expert sharding, sequence parallelism) and the collectives accuracy target."""
+
+import pytest
+
+from gpusim.accuracy import summarize
+from gpusim.accuracy_cluster import run_communication
+from gpusim.config import load_hardware
+from gpusim.engine.cluster import simulate_system
+from gpusim.measurements import load_communication_cases
+from gpusim.workload import load_workload
+
+
+def test_collectives_meet_the_accuracy_target():
+    results, _ = run_communication(load_communication_cases())
+    assert len(results) >= 20
+    assert summarize(results)[0].mape_fraction <= 0.12
+
+
+def test_schedule_fields_validate():
+    from gpusim.errors import ConfigError
+    with pytest.raises(ConfigError):
+        load_workload("gpt2_large_train", ["parallelism.virtual_stages=2"])
+
+
+def test_sequence_parallel_moves_the_same_bytes_as_all_reduce():
+    from gpusim.engine.collectives import fabric_of, plan_collective
+    f = fabric_of(load_hardware("dgx_a100"))
+    ar = plan_collective("all_reduce", 2**28, 8, f, algorithm="ring", protocol="Simple")
+    rs = plan_collective("reduce_scatter", 2**28, 8, f, algorithm="ring", protocol="Simple")
+    ag = plan_collective("all_gather", 2**28, 8, f, algorithm="ring", protocol="Simple")
+    assert rs.intra_bytes + ag.intra_bytes == pytest.approx(ar.intra_bytes)
+
+
+def test_expert_sharding_keeps_routed_tokens_and_splits_experts():
+    from gpusim.engine.cluster import _expert_shard
+    from gpusim.workload.models import transformer as T
+    from gpusim.workload.ops import Matmul
+    from gpusim.workload.precision import policy
+
+    cfg = T.TransformerConfig(num_layers=1, hidden_size=256, num_heads=4, seq_len=128, vocab_size=1000,
+                              num_experts=8, top_k=2)
+    block = T.build_layers(T.resolve("moe", cfg), policy("bf16"), batch=2, seq_q=128, seq_kv=128,
+                           training=True)[1]
+    sharded = _expert_shard(block, 4, Matmul)
+    up = {f.name: f for f in block.ops}["experts_up"]
+    up4 = {f.name: f for f in sharded.ops}["experts_up"]
+    assert up4.op.batch == 2 and up4.op.m == 4 * up.op.m
+    assert up4.op.flop() == pytest.approx(up.op.flop())  # same routed tokens per GPU
+    assert up4.num_parameters == up.num_parameters // 4
