@@ -8,7 +8,6 @@ import functools
 import math
 from typing import Callable, Iterable
 
-import numba
 import numpy as np
 
 from gpusim.config.hardware import DTYPE_BYTES
@@ -55,13 +54,21 @@ def _wave_dram_bytes(capacity: float, m: int, n: int, k: int, batch: int, bm: in
     k_len = math.ceil(k / sk)
     # Each CTA writes its share of C; with split-K it also writes FP32 partials that are read back.
     c_bytes_per_element = (out_bytes + extra_c_bytes_per_element) / sk + (8.0 if sk > 1 else 0.0)
-    waves = _lru_wave_traffic(m, n, batch, bm, bn, sk, swizzle, k_len * in_bytes * a_unique_fraction,
+    waves = _compiled_lru_wave_traffic()(m, n, batch, bm, bn, sk, swizzle, k_len * in_bytes * a_unique_fraction,
                               k_len * in_bytes * b_unique_fraction, max(1, b_group), c_bytes_per_element,
                               int(slots), float(capacity))
     return tuple(float(w) for w in waves)
 
 
-@numba.njit(cache=True)
+@functools.cache
+def _compiled_lru_wave_traffic():
+    """The LRU wave model compiled with numba on first use (importing gpusim does not import numba,
+    so the CUDA backend can still switch numba to its CUDA simulator)."""
+    import numba
+
+    return numba.njit(cache=True)(_lru_wave_traffic)
+
+
 def _lru_wave_traffic(m, n, batch, bm, bn, sk, swizzle, a_bytes_per_row, b_bytes_per_col, b_group,
                       c_bytes_per_element, slots, capacity):  # pragma: no cover (compiled)
     """DRAM bytes per wave: CTAs in issue order (batch, split-K slice, swizzled tile raster), whole
