@@ -4,7 +4,8 @@ inference with a parallel layout (training.csv).
 Collectives are timed by :mod:`gpusim.engine.collectives` on the row's system and scored on nccl-tests
 bus bandwidth (copies on their pair bandwidth). The all-reduce rows come from ``all_reduce_bench.py``,
 which times every call from the host (a ``torch.distributed`` call followed by a device synchronise), so
-each simulated call pays :data:`HARNESS_OVERHEAD_S` on top of the collective itself.
+each simulated call pays the GPU's eager host launch cost and its device-side launch
+(``launch.kernel_launch_s + launch.graph_kernel_launch_s``) on top of the collective itself.
 
 Training rows whose model, layout and batch are stated are built as model workloads and run through
 :func:`gpusim.engine.cluster.simulate_system`; the rest are listed as skipped with the reason.
@@ -18,10 +19,6 @@ from gpusim.accuracy import CaseResult, Skipped
 from gpusim.config.library import load_hardware
 from gpusim.engine.collectives import busbw, fabric_of, plan_collective
 
-HARNESS_OVERHEAD_S = 16e-6
-"""Host-side cost of one timed collective call in all_reduce_bench.py (Python ``dist.all_reduce`` call +
-``torch.cuda.synchronize``). Calibration: the value that best fits the latency-bound 32 KiB and 1 MiB
-8x H200 rows (measured 39.8 and 46.0 us; the NCCL-level model gives ~24 and ~30 us)."""
 
 MPT_CONFIGS = {  # mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml (d_model, n_layers, n_heads)
     "mpt_1b": (2048, 24, 16), "mpt_3b": (2560, 32, 20), "mpt_7b": (4096, 32, 32), "mpt_13b": (5120, 40, 40),
@@ -39,8 +36,10 @@ def run_communication(cases: Iterable, include_excluded: bool = False) -> tuple[
             skipped.append(Skipped(case.case_id, case.system, "excluded by the dataset"))
             continue
         if case.system not in fabrics:
-            fabrics[case.system] = fabric_of(load_hardware(case.system))
-        fabric = fabrics[case.system]
+            hardware = load_hardware(case.system)
+            launch = hardware.gpu.launch
+            fabrics[case.system] = (fabric_of(hardware), launch.kernel_launch_s + launch.graph_kernel_launch_s)
+        fabric, harness_s = fabrics[case.system]
         if case.collective.startswith("p2p_"):
             plan = plan_collective("send_recv", 2**30, 2, fabric, protocol="Simple")
             rate = plan.num_bytes / plan.transfer_s
@@ -51,7 +50,7 @@ def run_communication(cases: Iterable, include_excluded: bool = False) -> tuple[
             continue
         algorithm = "ring" if case.nvls is False else None
         plan = plan_collective(case.collective, float(case.num_bytes), case.num_gpus, fabric, algorithm=algorithm)
-        seconds = plan.time_s + HARNESS_OVERHEAD_S
+        seconds = plan.time_s + harness_s
         results.append(CaseResult(case.case_id, case.system, case.collective, "busbw_bytes_per_s",
                                   case.measured_value, busbw(case.collective, case.num_bytes, case.num_gpus, seconds),
                                   None, case.source, f"{plan.algorithm}/{plan.protocol}"))

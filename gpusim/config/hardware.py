@@ -278,6 +278,8 @@ class CalibrationSpec(Spec):
     vector_efficiency_fraction: Optional[Fraction] = None
     host_link_fraction: Optional[Fraction] = None
     peer_link_fraction: Optional[Fraction] = None
+    in_switch_reduction_fraction: Optional[Fraction] = None
+    """Share of the (peer-calibrated) NVLink port rate an in-switch-reduction (NVLS) all-reduce reaches."""
 
 
 class Gpu(Spec):

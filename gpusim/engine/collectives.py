@@ -62,22 +62,6 @@ PROTOCOLS = (
 
 
 @dataclass(frozen=True)
-class CollectiveCalibration:
-    """Factors fitted to published collective measurements (labelled calibration, not physics)."""
-
-    nvls_fraction: float = 0.83
-    """Share of the NVLink port rate an NVLS all-reduce reaches beyond the ring (peer_link_fraction)
-    efficiency. Fitted: 8x H200 all-reduce at 1-16 GiB with NVLS reaches busbw 463-482 GB/s
-    (algbw 265-276 GB/s), i.e. 0.675 x 450 GB/s x 8/9 / 0.816 (ring peer fraction) = 0.83;
-    measurements/published/communication.csv rows hgx_h200_all_reduce_8gpu_{1,4,16}gib."""
-    source: str = ("nvls_fraction fitted to measurements/published/communication.csv (8x H200 NVLS all-reduce, "
-                   "1-16 GiB)")
-
-
-DEFAULT_CALIBRATION = CollectiveCalibration()
-
-
-@dataclass(frozen=True)
 class Fabric:
     """Per-GPU view of a system's links (per direction, achievable rates after calibration)."""
 
@@ -97,7 +81,8 @@ class Fabric:
     net_hop_latency_s: float
     launch_s: float
     """Host cost of issuing a collective kernel."""
-    calibration: CollectiveCalibration = field(default=DEFAULT_CALIBRATION)
+    nvls_fraction: float = 1.0
+    """Calibration (the GPU's ``in_switch_reduction_fraction``): share of the port rate NVLS reaches."""
 
     @property
     def num_gpus(self) -> int:
@@ -116,15 +101,16 @@ class Fabric:
         return self.intra_port_bytes_per_s
 
 
-def fabric_of(hardware, calibration: CollectiveCalibration = DEFAULT_CALIBRATION) -> Fabric:
+def fabric_of(hardware) -> Fabric:
     """The :class:`Fabric` of a system description (a single GPU description is a one-GPU system)."""
     gpu = hardware.gpu
     cal = gpu.calibration
     peer_fraction = (cal.peer_link_fraction if cal is not None and cal.peer_link_fraction else 1.0)
     host_fraction = (cal.host_link_fraction if cal is not None and cal.host_link_fraction else 1.0)
     launch = gpu.launch.kernel_launch_s
+    nvls = (cal.in_switch_reduction_fraction if cal is not None and cal.in_switch_reduction_fraction else 1.0)
     if hardware.kind != "system":
-        return Fabric(hardware.name, 1, 1, "none", 0.0, 0, 0.0, 0.0, False, 0.0, 0.0, launch, calibration)
+        return Fabric(hardware.name, 1, 1, "none", 0.0, 0, 0.0, 0.0, False, 0.0, 0.0, launch, nvls)
     intra = hardware.intra_node
     if intra.topology == "pcie_switch" or gpu.peer_links is None:
         link = gpu.host_link.bandwidth_bytes_per_s * host_fraction
@@ -141,7 +127,7 @@ def fabric_of(hardware, calibration: CollectiveCalibration = DEFAULT_CALIBRATION
     nic = (inter.num_nics_per_node * inter.nic_bandwidth_bytes_per_s / hardware.num_gpus_per_node
            / inter.oversubscription * peer_fraction_net(hardware))
     return Fabric(hardware.name, hardware.num_gpus_per_node, hardware.num_nodes, intra.topology, link, num_links,
-                  port, hop, intra.in_switch_reduction, nic, inter.latency_s, launch, calibration)
+                  port, hop, intra.in_switch_reduction, nic, inter.latency_s, launch, nvls)
 
 
 def peer_fraction_net(hardware) -> float:
@@ -266,7 +252,7 @@ def candidate_plans(collective: str, num_bytes: float, num_gpus: int, fabric: Fa
                 add("hierarchical", proto, 2 * (g - 1), 2 * (N - 1), 2 * S * node_share, ws)
         if fabric.in_switch_reduction and g > 2:
             proto = PROTOCOLS[2]
-            rate = intra_rate * fabric.calibration.nvls_fraction
+            rate = intra_rate * fabric.nvls_fraction
             nvls_bytes = S * (1 + 1 / g)
             if N == 1:
                 add("nvls", proto, 2, 0, nvls_bytes, 0.0, intra_r=rate)

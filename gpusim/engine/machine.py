@@ -24,6 +24,7 @@ class Calibration:
     l2_bandwidth_fraction: float = 1.0
     host_link_fraction: float = 1.0
     peer_link_fraction: float = 1.0
+    in_switch_reduction_fraction: float = 1.0
     source: str = "uncalibrated (datasheet values)"
 
 
