@@ -55,8 +55,8 @@ def link_time_s(op, hardware: HardwareDescription, machine: Machine) -> float | 
         return plan_collective(op.kind, float(op.num_bytes), gpus, fabric_of(hardware)).time_s
     num_gpus = hardware.num_gpus if hardware.kind == "system" else 1
     raise SimulationError(
-        f"{op.kind} across {gpus} GPUs needs the multi-GPU simulation; {hardware.name} is simulated as "
-        f"{num_gpus} device(s) by the single-device engine")
+        f"{op.kind} across {gpus} GPUs needs a system description with at least {gpus} GPUs (e.g. dgx_h100); "
+        f"{hardware.name} has {num_gpus}")
 
 
 def _device(desc: HardwareDescription):

@@ -164,8 +164,9 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
         bk_options = [8, 16]
     output_tiles = batch * math.ceil(m / 64) * math.ceil(n / 64)
     splits = [1]
-    if output_tiles < 2 * machine.num_units and k >= 1024:
-        splits += [s for s in (2, 4, 8, 16) if k // s >= 256]
+    if output_tiles < machine.num_units and k >= 256:
+        # split-K (serial reduction of FP32 partials) when the output alone cannot fill the SMs
+        splits += [s for s in (2, 4, 8, 16, 32) if k // s >= 64]
     for bm, bn in shapes:
         warps = 4 if bm * bn <= 128 * 128 else 8
         if not matrix:

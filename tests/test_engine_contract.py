@@ -1,0 +1,139 @@
+"""The `gpusim run` contract: every built-in description and workload, the JSON keys, conservation,
+determinism, traces, launch regimes, memory oversubscription and CPU runs."""
+
+import json
+import math
+
+import pytest
+
+from gpusim.cli import main
+from gpusim.config import list_hardware, load_hardware
+from gpusim.engine.simulate import simulate
+from gpusim.workload import list_workloads, load_workload
+
+HARDWARE = [name for name, _ in list_hardware()]
+WORKLOADS = [name for name, _ in list_workloads()]
+SINGLE_DEVICES = [h for h in HARDWARE if load_hardware(h).kind != "system"]
+SYSTEMS = [h for h in HARDWARE if load_hardware(h).kind == "system"]
+KERNEL_KEYS = {"name", "op", "start_s", "time_s", "flop", "dram_bytes", "l2_hit_fraction", "achieved_flop_per_s",
+               "bound", "grid", "threads_per_cta", "ctas_per_sm"}
+
+
+def run_json(capsys, *args):
+    code = main(["run", *args, "--json", "-"])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_every_workload_runs_on_h100(capsys, workload):
+    code, out, err = run_json(capsys, "h100_sxm5_80gb", workload)
+    if code == 2:  # a collective that needs a system: one line, no traceback
+        assert err.count("\n") == 1 and "Traceback" not in err and "system" in err
+        return
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["total_time_s"] > 0
+    assert isinstance(data["fits_in_memory"], bool) and data["peak_memory_bytes"] > 0
+    for k in data["kernels"]:
+        assert KERNEL_KEYS <= set(k) or k["op"] in ("host_to_device", "device_to_host")
+        assert k["bound"] in ("compute", "memory", "latency", "launch")
+    if "model" in load_workload(workload).kind:
+        for key in ("step_time_s", "samples_per_s", "mfu_fraction"):
+            assert data[key] > 0
+        assert 0 < data["mfu_fraction"] < 1
+
+
+@pytest.mark.parametrize("hardware", SINGLE_DEVICES)
+@pytest.mark.parametrize("workload", ["gemm_8192_bf16", "mlp_mnist", "attention_fused_bf16", "softmax_bf16"])
+def test_every_device_runs_the_small_workloads(capsys, hardware, workload):
+    code, out, err = run_json(capsys, hardware, workload)
+    if code == 2:  # a dtype the device lacks is one line, not a traceback
+        assert err.count("\n") == 1 and "Traceback" not in err
+        return
+    assert code == 0, err
+    assert json.loads(out)["total_time_s"] > 0
+
+
+@pytest.mark.parametrize("system", SYSTEMS)
+def test_every_system_runs_the_all_reduce(capsys, system):
+    code, out, err = run_json(capsys, system, "all_reduce_1gib")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["total_time_s"] > 0 and data["busbw_bytes_per_s"] > 0
+
+
+def test_flop_and_bytes_are_conserved_between_workload_and_result():
+    wl = load_workload("bert_base_train")
+    result = simulate(load_hardware("a100_sxm4_80gb"), wl, record_spans=False)
+    expected = sum(n.op.flop() * n.repeat for n in wl.graph.nodes)
+    assert math.isclose(result.total_flop, expected, rel_tol=1e-9)
+    # DRAM traffic is at least every kernel's minimum traffic (inputs read once, outputs written once)
+    min_bytes = sum((n.op.bytes_read() + n.op.bytes_written()) * n.repeat for n in wl.graph.nodes
+                    if n.op.category not in ("transfer", "collective") and n.op.kind != "attention")
+    got = sum(k.dram_bytes for k in result.kernels if k.op not in ("attention", "host_to_device", "device_to_host"))
+    assert got >= min_bytes * (1 - 1e-9)
+
+
+def test_two_runs_give_identical_results():
+    hw, wl = load_hardware("h100_sxm5_80gb"), load_workload("llama2_7b_train")
+    assert simulate(hw, wl).to_dict() == simulate(hw, wl).to_dict()
+
+
+def test_trace_is_chrome_trace_json_with_device_tracks(tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    assert main(["run", "h100_sxm5_80gb", "mlp_block_chain", "--trace", str(trace)]) == 0
+    capsys.readouterr()
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert {"host", "stream 0", "SMs", "L2", "HBM", "host link"} <= names
+    spans = [e for e in events if e["ph"] == "X"]
+    assert spans and all(e["dur"] >= 0 for e in spans)
+    assert any(e["ph"] == "C" for e in events)  # counter tracks (HBM utilization, L2 hit, occupancy)
+
+
+def test_small_kernels_are_launch_bound_in_eager_mode_and_graphs_help():
+    hw, wl = load_hardware("h100_sxm5_80gb"), load_workload("mlp_mnist")
+    eager = simulate(hw, wl, launch_mode="eager")
+    graph = simulate(hw, wl, launch_mode="graph")
+    assert any(k.bound == "launch" for k in eager.kernels)
+    # each eager launch costs 10 us of host time; a graph replay 2 us of device time
+    launches = sum(k.repeat for k in eager.kernels if k.op not in ("host_to_device", "device_to_host"))
+    assert eager.total_time_s >= launches * hw.gpu.launch.kernel_launch_s
+    assert graph.total_time_s < eager.total_time_s / 2
+
+
+def test_a_workload_that_does_not_fit_is_reported_and_unified_memory_pages_it():
+    hw = load_hardware("h100_sxm5_80gb")
+    wl = load_workload("llama2_7b_train", ["batch_size=32"])
+    plain = simulate(hw, wl)
+    assert not plain.fits_in_memory and any("does not fit" in w for w in plain.warnings)
+    paged = simulate(hw, wl, unified_memory=True)
+    assert paged.total_time_s > plain.total_time_s * 1.5  # PCIe paging is far slower than HBM
+    assert paged.time_breakdown_s["paging"] > 0
+
+
+def test_cpu_and_gpu_run_the_same_workload_through_one_model():
+    wl = load_workload("resnet50_inference")
+    cpu = simulate(load_hardware("xeon_8480"), wl, record_spans=False)
+    gpu = simulate(load_hardware("h100_sxm5_80gb"), wl, record_spans=False)
+    assert cpu.total_time_s > 5 * gpu.total_time_s
+    assert math.isclose(cpu.total_flop, gpu.total_flop, rel_tol=1e-9)
+
+
+def test_host_to_device_copy_overlaps_compute_on_the_copy_engine():
+    # the copy engine and the compute stream are separate: an input copy with no dependency on the
+    # preceding GEMM overlaps it, so the total is less than their sum
+    from gpusim.workload.graph import OpNode, WorkloadGraph
+    from gpusim.workload.ops import HostToDevice, Matmul
+
+    hw = load_hardware("h100_sxm5_80gb")
+    base = load_workload("gemm_8192_bf16")
+    gemm = OpNode(name="gemm", op=Matmul(m=8192, n=8192, k=8192, dtype="bf16"))
+    copy = OpNode(name="copy", op=HostToDevice(num_bytes=2**30, dtype="bf16"))
+    from dataclasses import replace
+
+    wl = replace(base, graph=WorkloadGraph(nodes=(gemm, copy)))
+    result = simulate(hw, wl)
+    times = {k.op: k.time_s for k in result.kernels}
+    assert result.total_time_s < times["matmul"] + times["host_to_device"]
