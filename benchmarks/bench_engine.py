@@ -59,11 +59,26 @@ def main() -> int:
                      "max_s": max(times), "simulated_time_s": simulated, "num_kernels": kernels})
         print(f"{label:<52} median {statistics.median(times):7.3f} s  (min {min(times):.3f}, max {max(times):.3f}; "
               f"{kernels} kernels, simulated {simulated * 1e3:.3f} ms)", flush=True)
+    print("scaling with problem size (median of the repeats):")
+    scaling = []
+    for size in (2048, 8192, 32768):
+        times = []
+        for _ in range(args.repeats):
+            elapsed, _, _ = run_case("h100_sxm5_80gb", "gemm_8192_bf16", [f"ops.gemm.m={size}", f"ops.gemm.n={size}",
+                                                                           f"ops.gemm.k={size}"])
+            times.append(elapsed)
+        scaling.append({"gemm_size": size, "median_s": statistics.median(times)})
+        print(f"  {size}^3 BF16 GEMM: {statistics.median(times):.3f} s")
+    for layers in (1, 12, 96):
+        elapsed, _, kernels = run_case("h100_sxm5_80gb", "gpt3_175b_train", [f"config.num_layers={layers}"])
+        scaling.append({"gpt3_layers": layers, "seconds": elapsed})
+        print(f"  GPT-3 175B train with {layers} layer(s): {elapsed:.3f} s ({kernels} kernels)")
     rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(f"peak RSS {rss_bytes / 2**20:.0f} MiB")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"cases": rows, "peak_rss_bytes": rss_bytes, "python": sys.version}, fh, indent=2)
+            json.dump({"cases": rows, "scaling": scaling, "peak_rss_bytes": rss_bytes, "python": sys.version},
+                      fh, indent=2)
     return 0
 
 
