@@ -269,8 +269,48 @@ def _moved_bytes(case) -> float:
     return 2.0 * case.rows * case.cols * eb
 
 
-def run_accuracy(cases: Iterable, calibrated: bool = True, include_excluded: bool = False
-                 ) -> tuple[list[CaseResult], list[Skipped]]:
+def load_plan_rows(kernels_csv) -> dict[str, dict[str, str]]:
+    """The exact plans written by ``gpusim measure`` beside its kernels CSV (``<stem>_plans.csv``),
+    keyed by case id; empty when there is none (published measurements)."""
+    import csv
+    from pathlib import Path
+
+    path = Path(kernels_csv)
+    plans = path.with_name(f"{path.stem}_plans.csv")
+    if not plans.is_file():
+        return {}
+    with plans.open(newline="", encoding="utf-8") as fh:
+        return {row["case_id"]: row for row in csv.DictReader(fh)}
+
+
+def own_kernel_plan(case, row: dict[str, str], machine: Machine):
+    """Rebuild the plan a measured own kernel ran with (gpusim's CUDA backend follows its plans), or
+    raise ValueError if the rebuilt plan's grid or CTA size differs from the recorded one."""
+    from gpusim.cuda_backend import plans as P
+    from gpusim.mapping.plan import Tile
+
+    if case.op == "matmul":
+        tile = Tile(int(row["block_m"]), int(row["block_n"]), int(row["block_k"]), int(row["num_stages"]),
+                    int(row["num_warps"]), int(row["split_k"]), int(row["swizzle"]))
+        plan = P.plan_for_gemm(machine, case.m, case.n, case.k, case.dtype, tile, case.batch or 1)
+    elif case.op == "stream":
+        plan = P.plan_for_stream(machine, case.variant, case.num_bytes // 8, case.occupancy_fraction or 1.0)
+    elif case.op == "elementwise":
+        plan = P.plan_for_elementwise(machine, case.variant, case.num_elements, case.dtype)
+    elif case.op in ("softmax", "layernorm", "rmsnorm"):
+        plan = P.plan_for_rows(machine, case.op, case.rows, case.cols, case.dtype)
+    else:
+        raise ValueError(f"no own-kernel plan for op {case.op}")
+    if (plan.grid, plan.threads_per_cta) != (int(row["grid"]), int(row["threads_per_cta"])):
+        raise ValueError(f"rebuilt plan {plan.grid}x{plan.threads_per_cta} differs from the measured "
+                         f"{row['grid']}x{row['threads_per_cta']}")
+    return plan
+
+
+def run_accuracy(cases: Iterable, calibrated: bool = True, include_excluded: bool = False,
+                 plan_rows: dict[str, dict[str, str]] | None = None) -> tuple[list[CaseResult], list[Skipped]]:
+    """Simulate every case. Cases with a row in ``plan_rows`` (own kernels measured by ``gpusim
+    measure``) are simulated with exactly that plan; the others as the library would run them."""
     known = builtin_files("hwconfigs")
     machines: dict[str, tuple[Machine, object]] = {}
     results: list[CaseResult] = []
@@ -291,7 +331,11 @@ def run_accuracy(cases: Iterable, calibrated: bool = True, include_excluded: boo
         machine, device = machines[case.gpu]
         measured = _value(case, case.metric)
         try:
-            seconds, roof_s = simulate_case(case, machine, device)
+            if plan_rows and case.case_id in plan_rows:
+                plan = own_kernel_plan(case, plan_rows[case.case_id], machine)
+                seconds, roof_s = simulate_kernel(plan, machine).time_s + machine.graph_kernel_launch_s, None
+            else:
+                seconds, roof_s = simulate_case(case, machine, device)
         except Exception as exc:  # a case the model cannot express is reported, not hidden
             skipped.append(Skipped(case.case_id, case.gpu, f"cannot simulate: {exc}"))
             continue

@@ -216,3 +216,28 @@ def test_launchers_run_tiny_cases_under_the_simulator():
     assert proc.returncode == 0, proc.stderr
     # A 1 GB input set is larger than twice the L2: no rotation needed.
     assert proc.stdout.split() == ["8", "1"]
+
+
+def test_accuracy_simulates_own_kernels_with_their_exact_plans(h100, tmp_path):
+    """Own-kernel measurements are simulated with the plan they ran (from *_plans.csv), not re-planned:
+    the simulated time equals the engine's time for that plan recorded at measurement time."""
+    from gpusim.accuracy import load_plan_rows, run_accuracy
+    from gpusim.commands.measure import execute
+    from gpusim.measurements import load_kernel_cases
+
+    provenance = {**M.base_provenance("h100_sxm5_80gb", "2025-01-01T00:00:00+00:00"), "gpu_name": "NVIDIA H100"}
+    execute(["kernels"], h100, "h100_sxm5_80gb", provenance, tmp_path, FakeLauncherFactory(), fake_timer,
+            num_warmups=1, num_repeats=3)
+    cases = list(load_kernel_cases(tmp_path / "kernels.csv"))
+    plan_rows = load_plan_rows(tmp_path / "kernels.csv")
+    assert len({c.case_id for c in cases} & set(plan_rows)) >= 5  # plans also cover timing-only kernels
+    results, skipped = run_accuracy(cases, plan_rows=plan_rows)
+    assert not [s for s in skipped if "cannot simulate" in s.reason]
+    by_id = {r.case_id: r for r in results}
+    checked = 0
+    for case in cases:
+        if case.case_id in plan_rows and case.metric == "time_s" and case.case_id in by_id:
+            recorded = float(plan_rows[case.case_id]["simulated_time_s"])  # written with 5 significant digits
+            assert by_id[case.case_id].simulated == pytest.approx(recorded, rel=1e-4)
+            checked += 1
+    assert checked >= 5

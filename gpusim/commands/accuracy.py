@@ -24,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cases", action="store_true", help="print every case, not only the worst")
     p.add_argument("--worst", type=int, default=10, metavar="N", help="how many worst cases to print (default 10)")
     p.add_argument("--json", metavar="PATH", help="write per-case results and summaries as JSON (- for stdout)")
+    p.add_argument("--plot", metavar="PATH", help="save a measured-vs-simulated scatter (.png or .svg)")
     p.add_argument("--suite", choices=("kernels", "communication", "training", "all"), default="all",
                    help="which measurements: single-GPU kernels, collectives (communication.csv), multi-GPU "
                         "training/inference (training.csv), or all (default; training takes about a minute)")
@@ -31,14 +32,51 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _load_cases(paths: list[str]):
+    """(cases, exact plans of own-kernel measurements keyed by case id)."""
+    from gpusim.accuracy import load_plan_rows
     from gpusim.measurements import load_kernel_cases
 
     if not paths:
-        return list(load_kernel_cases())
-    cases = []
+        return list(load_kernel_cases()), {}
+    cases, plans = [], {}
     for path in paths:
         cases.extend(load_kernel_cases(path))
-    return cases
+        plans.update(load_plan_rows(path))
+    return cases, plans
+
+
+def save_scatter(results, destination: str) -> None:
+    """Measured vs simulated, one log-log panel per metric (FLOP/s, bytes/s, time, latency), one colour
+    per op kind, with the y = x line and the +-25% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = sorted({r.metric for r in results})
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 4.4), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        rows = [r for r in results if r.metric == metric]
+        lo = min(min(r.measured, r.simulated) for r in rows) / 1.5
+        hi = max(max(r.measured, r.simulated) for r in rows) * 1.5
+        ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25], color="grey", alpha=0.2,
+                        label="within 25%")
+        ax.plot([lo, hi], [lo, hi], color="black", linewidth=1, label="simulated = measured")
+        for group in sorted({op_group(r) for r in rows}):
+            sel = [r for r in rows if op_group(r) == group]
+            ax.scatter([r.measured for r in sel], [r.simulated for r in sel], s=14, alpha=0.8, label=group)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_xlabel(f"measured {metric}")
+        ax.set_ylabel(f"simulated {metric}")
+        ax.set_title(f"{metric}: {len(rows)} cases")
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"gpusim vs measurements ({len(results)} cases)")
+    fig.tight_layout()
+    fig.savefig(destination)
+    plt.close(fig)
 
 
 def _pct(x: float | None) -> str:
@@ -46,7 +84,7 @@ def _pct(x: float | None) -> str:
 
 
 def cmd_accuracy(args: argparse.Namespace) -> int:
-    suite = getattr(args, "suite", "all")
+    suite = "kernels" if args.measurements else getattr(args, "suite", "all")
     if suite in ("communication", "training"):
         return _cluster_suites(args, (suite,))
     rc = _kernel_suite(args)
@@ -90,12 +128,15 @@ def _cluster_suites(args: argparse.Namespace, suites: tuple[str, ...]) -> int:
 
 
 def _kernel_suite(args: argparse.Namespace) -> int:
-    cases = _load_cases(args.measurements)
+    cases, plan_rows = _load_cases(args.measurements)
     if args.gpu:
         cases = [c for c in cases if c.gpu in args.gpu]
     if args.op:
         cases = [c for c in cases if c.op in args.op]
-    results, skipped = run_accuracy(cases, calibrated=not args.uncalibrated, include_excluded=args.include_excluded)
+    results, skipped = run_accuracy(cases, calibrated=not args.uncalibrated, include_excluded=args.include_excluded,
+                                    plan_rows=plan_rows)
+    if args.plot and results:
+        save_scatter(results, args.plot)
     by_kind = summarize(results, op_group)
     by_gpu = summarize(results, lambda r: r.gpu)
     by_op = summarize(results, lambda r: f"{r.gpu}/{r.op}")
