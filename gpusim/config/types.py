@@ -37,6 +37,11 @@ def quantity(dimension: str, *, gt: float | None = 0.0, ge: float | None = None,
 
     Bounds (``gt``/``ge``/``le``) are in SI units and reject zero, negative and absurd values.
     """
+    return Annotated[float, BeforeValidator(_quantity_parser(dimension)), Field(strict=False, **_bounds(gt, ge, le))]
+
+
+def _bounds(gt: float | None, ge: float | None, le: float | None) -> dict[str, float]:
+    """Field bound keywords: ``ge`` replaces ``gt`` when given."""
     kwargs: dict[str, float] = {}
     if ge is not None:
         kwargs["ge"] = ge
@@ -44,7 +49,7 @@ def quantity(dimension: str, *, gt: float | None = 0.0, ge: float | None = None,
         kwargs["gt"] = gt
     if le is not None:
         kwargs["le"] = le
-    return Annotated[float, BeforeValidator(_quantity_parser(dimension)), Field(strict=False, **kwargs)]
+    return kwargs
 
 
 def _strict_int(value: Any) -> Any:
@@ -72,14 +77,7 @@ def _strict_float(value: Any) -> Any:
 
 def number(*, gt: float | None = 0.0, ge: float | None = None, le: float | None = None) -> Any:
     """A dimensionless float (a factor or fraction) with bounds; strings are rejected."""
-    kwargs: dict[str, float] = {}
-    if ge is not None:
-        kwargs["ge"] = ge
-    elif gt is not None:
-        kwargs["gt"] = gt
-    if le is not None:
-        kwargs["le"] = le
-    return Annotated[float, BeforeValidator(_strict_float), Field(**kwargs)]
+    return Annotated[float, BeforeValidator(_strict_float), Field(**_bounds(gt, ge, le))]
 
 
 # Bounds generous enough for any plausible future device, tight enough to catch unit slips.
