@@ -1,0 +1,125 @@
+"""``gpusim plot roofline | timeline | breakdown``: figures of one simulated run.
+
+:func:`register_plot_subcommands` adds the three subcommands to the ``plot`` group's subparsers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gpusim.commands.hw import add_set_argument
+
+
+def simulate_named(hardware_name: str, workload_name: str, overrides: list[str], *, launch_mode: str = "eager",
+                   unified_memory: bool = False, record_spans: bool = False):
+    """Load and simulate like ``gpusim run`` does; returns (hardware description, result)."""
+    from gpusim.commands.run import split_overrides
+    from gpusim.config import load_hardware
+    from gpusim.engine.simulate import simulate
+    from gpusim.workload import load_workload
+
+    hw_overrides, wl_overrides = split_overrides(overrides)
+    hardware = load_hardware(hardware_name, hw_overrides)
+    wl_items = [f"{k}={v}" for k, v in wl_overrides]
+    workload = load_workload(workload_name, wl_items)
+    layout = getattr(workload, "parallelism", None)
+    if hardware.kind == "system" and (workload.kind != "model" or layout.num_gpus > 1):
+        from gpusim.engine.cluster import simulate_system
+
+        return hardware, simulate_system(hardware, workload, record_spans=record_spans)
+    notes = []
+    if layout is not None and layout.data * layout.tensor * layout.pipeline > 1:
+        notes.append(f"the workload's layout (data {layout.data}, tensor {layout.tensor}, pipeline "
+                     f"{layout.pipeline}) is for several GPUs; simulated here on one {hardware.name} device")
+        workload = load_workload(workload_name, wl_items + ["parallelism.data=1", "parallelism.tensor=1",
+                                                            "parallelism.pipeline=1", "parallelism.zero_stage=0"])
+    return hardware, simulate(hardware, workload, launch_mode=launch_mode, unified_memory=unified_memory,
+                              record_spans=record_spans, notes=tuple(notes))
+
+
+def _common(p: argparse.ArgumentParser, default_name: str) -> None:
+    add_set_argument(p)
+    p.add_argument("-o", "--output", metavar="PATH", default=None,
+                   help=f"image file, .png or .svg (default {default_name}_<hw>_<workload>.png)")
+    p.add_argument("--launch", choices=("eager", "graph"), default="eager", help="kernel launch mode")
+    p.add_argument("--unified-memory", action="store_true", help="page an oversubscribed working set")
+    p.add_argument("--title", default=None, help="figure title")
+
+
+def register_plot_subcommands(plot_subparsers: argparse._SubParsersAction) -> None:
+    p = plot_subparsers.add_parser(
+        "roofline", help="every kernel on the device's roofline, per dtype, sized by time",
+        description="Simulate WORKLOAD on HW and draw each kernel at its arithmetic intensity and achieved "
+                    "FLOP/s under the roofs of the dtypes it uses (marker area = kernel time).",
+        epilog="Example: gpusim plot roofline h100_sxm5_80gb bert_base_train -o roofline.svg")
+    p.add_argument("hardware", metavar="HW")
+    p.add_argument("workload", metavar="WORKLOAD")
+    _common(p, "roofline")
+    p.set_defaults(func=cmd_roofline)
+
+    p = plot_subparsers.add_parser(
+        "timeline", help="Gantt view of kernels, SM occupancy, L2, HBM and host-link use",
+        description="Simulate WORKLOAD on HW (or read RESULT.json from `gpusim run --json`) and draw a Gantt "
+                    "chart with one row per track. A JSON result has kernels only (no SM/HBM tracks).",
+        epilog="Example: gpusim plot timeline h100_sxm5_80gb resnet50_train -o timeline.png\n"
+               "         gpusim plot timeline result.json -o timeline.svg")
+    p.add_argument("source", metavar="HW_OR_RESULT_JSON")
+    p.add_argument("workload", metavar="WORKLOAD", nargs="?")
+    _common(p, "timeline")
+    p.set_defaults(func=cmd_timeline)
+
+    p = plot_subparsers.add_parser(
+        "breakdown", help="where the time goes, per category, kernel kind and layer",
+        description="Time split into compute, memory, latency, launch, transfer, communication and bubble, "
+                    "for the whole run, per kernel kind and per layer. HW WORKLOAD or a RESULT.json.",
+        epilog="Example: gpusim plot breakdown a100_sxm4_80gb gpt2_large_train -o breakdown.png")
+    p.add_argument("source", metavar="HW_OR_RESULT_JSON")
+    p.add_argument("workload", metavar="WORKLOAD", nargs="?")
+    _common(p, "breakdown")
+    p.set_defaults(func=cmd_breakdown)
+
+
+def _result_of(args, record_spans: bool):
+    from gpusim.errors import ConfigError
+    from gpusim.report.data import read_result
+
+    if args.workload is None:
+        if not args.source.endswith(".json"):
+            raise ConfigError("command line", "WORKLOAD", "give HW WORKLOAD, or a RESULT.json written by "
+                                                          "`gpusim run --json`")
+        return None, read_result(args.source)
+    return simulate_named(args.source, args.workload, args.overrides, launch_mode=args.launch,
+                          unified_memory=args.unified_memory, record_spans=record_spans)
+
+
+def _save(fig, args, kind: str, result) -> int:
+    from gpusim.report.plots import save_figure
+
+    path = args.output or f"{kind}_{Path(result.hardware).name}_{result.workload}.png"
+    save_figure(fig, path)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
+    from gpusim.report.plots import roofline_figure
+
+    hardware, result = simulate_named(args.hardware, args.workload, args.overrides, launch_mode=args.launch,
+                                      unified_memory=args.unified_memory)
+    return _save(roofline_figure(result, hardware, title=args.title), args, "roofline", result)
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    from gpusim.report.plots import timeline_figure
+
+    _, result = _result_of(args, record_spans=True)
+    return _save(timeline_figure(result, title=args.title), args, "timeline", result)
+
+
+def cmd_breakdown(args: argparse.Namespace) -> int:
+    from gpusim.report.plots import breakdown_figure
+
+    _, result = _result_of(args, record_spans=False)
+    return _save(breakdown_figure(result, title=args.title), args, "breakdown", result)

@@ -1,0 +1,146 @@
+"""``gpusim report RESULT.json``: a readable Markdown summary of a run; ``--html`` for one self-contained
+page with the breakdown, timeline and roofline plots embedded."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import html
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report", help="a Markdown summary of a result JSON, or a self-contained HTML page with plots",
+        description="Summarize RESULT.json (written by `gpusim run --json`): totals, memory, time by category, "
+                    "the slowest kernels and warnings. --html writes one page with the plots embedded.",
+        epilog="Example: gpusim run h100_sxm5_80gb bert_base_train --json r.json && gpusim report r.json --html r.html")
+    p.add_argument("result", metavar="RESULT.json")
+    p.add_argument("--html", metavar="PATH", help="write a self-contained HTML page to PATH")
+    p.add_argument("--top", type=int, default=10, help="how many of the slowest kernels to list (default 10)")
+    p.set_defaults(func=cmd_report)
+
+
+def markdown_summary(result, top: int = 10) -> str:
+    """The report as Markdown text."""
+    from gpusim.report.plots import breakdown_table
+    from gpusim.units import format_quantity
+
+    lines = [f"# {result.workload} on {result.hardware}", ""]
+    lines.append(f"- total time: {format_quantity(result.total_time_s, 's')} "
+                 f"({len(result.kernels)} kernels, {result.num_unique_kernels} distinct, launch {result.launch_mode})")
+    if result.step_time_s is not None:
+        line = f"- step: {format_quantity(result.step_time_s, 's')}, {result.samples_per_s:,.1f} samples/s"
+        if result.tokens_per_s:
+            line += f", {result.tokens_per_s:,.0f} tokens/s"
+        lines.append(line + f", MFU {result.mfu_fraction:.1%}")
+    lines.append(f"- memory: {result.peak_memory_bytes / 2**30:.2f} GiB of {result.memory_capacity_bytes / 2**30:.0f} GiB"
+                 f" ({'fits' if result.fits_in_memory else 'does NOT fit'})")
+    if result.energy_j is not None:
+        lines.append(f"- energy: {format_quantity(result.energy_j, 'j')}, average power {result.avg_power_w:,.0f} W, "
+                     f"{result.flop_per_j / 1e9:,.1f} GFLOP/J")
+    if result.cost_usd is not None:
+        lines.append(f"- cost: ${result.cost_usd:,.4g}")
+    if result.calibration_source:
+        lines.append(f"- calibration: {result.calibration_source}")
+    total = sum(result.time_breakdown_s.values()) or 1.0
+    lines += ["", "## Time by category", "", "| category | time | share |", "|---|---:|---:|"]
+    for k, v in sorted(result.time_breakdown_s.items(), key=lambda kv: -kv[1]):
+        if v > 0:
+            lines.append(f"| {k} | {format_quantity(v, 's')} | {v / total:.1%} |")
+    lines += ["", "## Time per kernel kind", "", "| op | time | share | main bound |", "|---|---:|---:|---|"]
+    table = breakdown_table(result, "op")
+    ktotal = sum(sum(c.values()) for c in table.values()) or 1.0
+    for op, cats in sorted(table.items(), key=lambda kv: -sum(kv[1].values())):
+        t = sum(cats.values())
+        lines.append(f"| {op} | {format_quantity(t, 's')} | {t / ktotal:.1%} | {max(cats, key=cats.get)} |")
+    lines += ["", f"## Slowest {top} kernels", "",
+              "| kernel | time | TFLOP/s | GB/s | L2 hit | bound |", "|---|---:|---:|---:|---:|---|"]
+    for k in sorted(result.kernels, key=lambda k: -k.time_s)[:top]:
+        gbs = k.dram_bytes / k.time_s / 1e9 if k.time_s > 0 else 0.0
+        lines.append(f"| {k.name} | {format_quantity(k.time_s, 's')} | {k.achieved_flop_per_s / 1e12:.1f} | "
+                     f"{gbs:,.0f} | {k.l2_hit_fraction:.0%} | {k.bound} |")
+    if result.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in result.warnings]
+    return "\n".join(lines) + "\n"
+
+
+def html_page(result, hardware=None, top: int = 10) -> str:
+    """One self-contained HTML page: the summary tables and the plots as base64 PNGs."""
+    from gpusim.report.plots import breakdown_figure, figure_png_bytes, roofline_figure, timeline_figure
+
+    figures = [("Time breakdown", breakdown_figure(result)), ("Timeline", timeline_figure(result))]
+    if hardware is not None:
+        figures.append(("Roofline", roofline_figure(result, hardware)))
+    body = [_markdown_to_html(markdown_summary(result, top))]
+    for title, fig in figures:
+        data = base64.b64encode(figure_png_bytes(fig)).decode("ascii")
+        body.append(f"<h2>{html.escape(title)}</h2>\n<img alt=\"{html.escape(title)}\" "
+                    f"src=\"data:image/png;base64,{data}\" style=\"max-width:100%\">")
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
+             "td:not(:first-child){text-align:right}")
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(result.workload)} on "
+            f"{html.escape(result.hardware)}</title><style>{style}</style></head><body>\n" + "\n".join(body) +
+            "\n</body></html>\n")
+
+
+def _markdown_to_html(text: str) -> str:
+    out, in_table, in_list = [], False, False
+    for line in text.splitlines():
+        if line.startswith("|") and set(line.replace("|", "").strip()) <= set("-:") and line.strip("|"):
+            continue
+        if line.startswith("|"):
+            cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
+            tag = "td" if in_table else "th"
+            if not in_table:
+                out.append("<table>")
+                in_table = True
+            out.append("<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>")
+            continue
+        if in_table:
+            out.append("</table>")
+            in_table = False
+        if line.startswith("- "):
+            if not in_list:
+                out.append("<ul>")
+                in_list = True
+            out.append(f"<li>{html.escape(line[2:])}</li>")
+            continue
+        if in_list:
+            out.append("</ul>")
+            in_list = False
+        if line.startswith("## "):
+            out.append(f"<h2>{html.escape(line[3:])}</h2>")
+        elif line.startswith("# "):
+            out.append(f"<h1>{html.escape(line[2:])}</h1>")
+    if in_table:
+        out.append("</table>")
+    if in_list:
+        out.append("</ul>")
+    return "\n".join(out)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from gpusim.report.data import read_result
+
+    result = read_result(args.result)
+    if args.html:
+        from pathlib import Path
+
+        from gpusim.config import load_hardware
+        from gpusim.errors import GpusimError
+
+        try:
+            hardware = load_hardware(result.hardware)
+        except GpusimError:
+            hardware = None  # a description not in the library: no roofs to draw
+        page = html_page(result, hardware, args.top)
+        try:
+            Path(args.html).write_text(page, encoding="utf-8")
+        except OSError as exc:
+            raise GpusimError(f"{args.html}: cannot write: {exc.strerror}") from None
+        print(f"wrote {args.html}", file=sys.stderr)
+        return 0
+    sys.stdout.write(markdown_summary(result, args.top))
+    return 0

@@ -1,0 +1,1 @@
+"""Text tables and matplotlib plots of simulation results (matplotlib is imported inside functions)."""

@@ -1,0 +1,63 @@
+"""Rebuild a :class:`SimulationResult` from the JSON that ``gpusim run --json`` writes.
+
+The JSON has every kernel (start, time, FLOP, bytes, bound, plan) but no trace spans, so a result read
+back can be drawn as a roofline, a breakdown and a kernel-level timeline (without the SM/HBM tracks).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gpusim.errors import ConfigError
+from gpusim.results.result import KernelRecord, SimulationResult
+
+_KERNEL_FIELDS = ("name", "op", "node", "phase", "layer", "start_s", "time_s", "repeat", "flop", "dram_bytes",
+                  "l2_hit_fraction", "bound", "launch_gap_s", "executed_flop", "energy_j", "avg_power_w")
+_DERIVED = ("achieved_flop_per_s", "achieved_dram_bytes_per_s")
+_RESULT_FIELDS = ("hardware", "workload", "total_time_s", "peak_memory_bytes", "memory_capacity_bytes",
+                  "fits_in_memory", "launch_mode", "calibration_source", "step_time_s", "samples_per_s",
+                  "tokens_per_s", "mfu_fraction", "memory", "time_breakdown_s", "num_unique_kernels", "num_gpus",
+                  "parallelism", "link_utilization", "algbw_bytes_per_s", "busbw_bytes_per_s",
+                  "collective_algorithm", "energy_j", "avg_power_w", "peak_power_w", "flop_per_j",
+                  "energy_breakdown_j", "tdp_w", "clock_fraction_min", "price_usd_per_s", "cost_usd")
+
+
+def kernel_from_dict(data: dict[str, Any]) -> KernelRecord:
+    fields = {k: data[k] for k in _KERNEL_FIELDS if k in data}
+    plan = {k: v for k, v in data.items() if k not in _KERNEL_FIELDS and k not in _DERIVED}
+    fields.setdefault("node", fields.get("name", "?"))
+    fields.setdefault("phase", "single")
+    fields.setdefault("layer", None)
+    fields.setdefault("repeat", 1)
+    return KernelRecord(plan=plan, **fields)
+
+
+def result_from_dict(data: dict[str, Any], source: str = "result") -> SimulationResult:
+    """The inverse of ``SimulationResult.to_dict`` (spans excepted)."""
+    if not isinstance(data, dict) or "kernels" not in data or "total_time_s" not in data:
+        raise ConfigError(source, "kernels", "not a gpusim result (expected the JSON of `gpusim run --json`)")
+    fields = {k: data[k] for k in _RESULT_FIELDS if k in data}
+    fields["warnings"] = tuple(data.get("warnings", ()))
+    try:
+        kernels = tuple(kernel_from_dict(k) for k in data["kernels"])
+        for key in ("peak_memory_bytes", "memory_capacity_bytes"):
+            fields.setdefault(key, 0.0)
+        fields.setdefault("fits_in_memory", True)
+        fields.setdefault("launch_mode", "eager")
+        fields.setdefault("calibration_source", "")
+        return SimulationResult(kernels=kernels, **fields)
+    except TypeError as exc:
+        raise ConfigError(source, "kernels", f"malformed result: {exc}") from None
+
+
+def read_result(path: str | Path) -> SimulationResult:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(str(p), "", "no such file") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(str(p), "", f"not valid JSON: {exc}") from None
+    return result_from_dict(data, str(p))
