@@ -43,9 +43,14 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
     if machine.matrix_rate_per_unit(dtype) is None and machine.vector_rate_per_unit(dtype) is None:
         raise SimulationError(f"{machine.name} has no pipe for {dtype} matrix multiplication")
     eb = DTYPE_BYTES[dtype]
+    if sparse:
+        # 2:4 structured sparsity: the tensor cores skip half of A's products, and A is stored as its
+        # kept half plus 2 bits of position metadata per kept value (9/16 of the dense bytes at 16 bits)
+        a_unique_fraction *= 0.5 + 1.0 / (8 * eb)
     min_bytes = ((m * k * a_unique_fraction + k * n * b_unique_fraction * batch / max(1, b_group)) * eb
                  + m * n * output_bytes_per_element(dtype)) * (batch if b_group else 1)
-    ranked = sorted(((gemm_lower_bound_s(machine, m, n, k, batch, dtype, t, min_bytes), i, t)
+    speedup = machine.sparsity_speedup if sparse else 1.0
+    ranked = sorted(((gemm_lower_bound_s(machine, m, n, k, batch, dtype, t, min_bytes, speedup), i, t)
                      for i, t in enumerate(tile_candidates(machine, dtype, m, n, k, batch))),
                     key=lambda x: (x[0], x[1]))
     best: tuple[float, int, KernelPlan] | None = None
@@ -56,15 +61,15 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
                          b_unique_fraction, b_group, extra_c_bytes_per_element, sfu_ops_per_output)
         if plan is None:
             continue
+        if sparse:
+            plan = replace(plan, flop_per_cta=plan.flop_per_cta / machine.sparsity_speedup,
+                           name=plan.name + "[2:4]")
         key = (estimate_kernel_s(plan, machine), plan.grid)
         if best is None or key < best[:2]:
             best = (key[0], key[1], plan)
     if best is None:
         raise SimulationError(f"{name}: no tile configuration fits {machine.name}")
-    plan = best[2]
-    if sparse:
-        plan = replace(plan, flop_per_cta=plan.flop_per_cta / machine.sparsity_speedup, name=plan.name + "[2:4]")
-    return plan
+    return best[2]
 
 
 def _epilogue_extras(op, c_elements: float) -> tuple[float, float]:
@@ -123,19 +128,27 @@ def _attention_fused(machine: Machine, op) -> KernelPlan:
     heads = op.batch * op.heads
     forward = op.variant == "forward"
     own_len, streamed_len = (op.seq_len_q, op.seq_len_kv) if forward else (op.seq_len_kv, op.seq_len_q)
-    block = 128 if own_len >= 128 else max(16, 16 * math.ceil(own_len / 16))
+    threads = (128 if forward else 256) if machine.kind == "gpu" else machine.max_threads_per_cta
+    registers = 255 if machine.kind == "gpu" else 32
+    # The largest tile whose shared memory fits (own block; streamed blocks of kv_block rows, double
+    # buffered): devices with less shared memory per CTA (MI300X: 64 KB LDS) get smaller tiles.
+    for block, kv_block in ((128, 64), (64, 64), (64, 32), (32, 32), (16, 16)):
+        block = block if own_len >= block else max(16, 16 * math.ceil(own_len / 16))
+        if forward:
+            shared = int((block + 2 * kv_block * 2) * d * eb)
+        else:
+            shared = int((2 * block + 2 * kv_block) * d * eb)
+        per_unit, limiter = ctas_per_unit(machine, threads, registers, shared)
+        if per_unit > 0:
+            break
+    else:
+        raise SimulationError(f"attention: no fused attention tile fits {machine.name}")
     blocks_per_head = math.ceil(own_len / block)
     grid = heads * blocks_per_head
     executed = op.executed_flop()
     frac = op.useful_fraction()
     flop_per_cta = executed / grid * (blocks_per_head * block / own_len)  # padded last block
     sfu_per_cta = op.num_scores() * frac * (1 if forward else 2) / grid
-    threads = (128 if forward else 256) if machine.kind == "gpu" else machine.max_threads_per_cta
-    shared = int((block + 2 * 64 * 2) * d * eb) if forward else int((2 * block + 2 * 64) * d * eb)
-    registers = 255 if machine.kind == "gpu" else 32
-    per_unit, limiter = ctas_per_unit(machine, threads, registers, shared)
-    if per_unit == 0:
-        raise SimulationError(f"attention: the fused attention tile does not fit {machine.name}")
     slots = per_unit * machine.num_units
     # DRAM: each CTA's own block (Q and O rows forward; K, V, dK, dV rows backward) once, and the data
     # it streams once per wave for every head group the wave touches (shared in L2 by its CTAs).
@@ -166,11 +179,11 @@ def _attention_fused(machine: Machine, op) -> KernelPlan:
         flop_per_cta=flop_per_cta,
         sfu_ops_per_cta=sfu_per_cta,
         l2_bytes_per_cta=l2_per_cta,
-        bytes_in_flight_per_cta=2 * 64 * d * eb * 2,
+        bytes_in_flight_per_cta=2 * kv_block * d * eb * 2,
         wave_dram_bytes=tuple(waves),
         prologue_per_wave=True,
         useful_flop=op.flop(),
-        tile=Tile(block, 64, d, 2, threads // 32),
+        tile=Tile(block, kv_block, d, 2, max(1, threads // 32)),
         executed_flop=executed,
     )
 

@@ -201,7 +201,7 @@ def _resources(machine: Machine, dtype: str, tile: Tile) -> tuple[int, int, int,
 
 
 def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dtype: str, tile: Tile,
-                       min_dram_bytes: float) -> float:
+                       min_dram_bytes: float, math_speedup: float = 1.0) -> float:
     """A cheap bound no simulation of this tile can beat: every wave's pipeline fill plus its CTAs'
     math at the SM's rate, or the operands' DRAM bytes at full bandwidth. It orders the candidates
     and stops the search once no remaining tile can win."""
@@ -212,7 +212,7 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
     threads, _, _, _, per_unit, _ = resources
     warps = math.ceil(threads / machine.warp_size)
     k_iters = max(1, math.ceil(math.ceil(k / tile.split_k) / tile.block_k))
-    cta_flop = 2.0 * tile.block_m * tile.block_n * k_iters * tile.block_k
+    cta_flop = 2.0 * tile.block_m * tile.block_n * k_iters * tile.block_k / math_speedup
     grid = batch * tile.split_k * math.ceil(m / tile.block_m) * math.ceil(n / tile.block_n)
     slots = per_unit * machine.num_units
 

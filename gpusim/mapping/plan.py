@@ -96,6 +96,8 @@ class KernelPlan:
             "occupancy_limiter": self.occupancy_limiter,
             "num_waves": self.num_waves,
             "pipe": self.pipe,
+            "dtype": self.dtype,
+            "l2_bytes_per_launch": self.l2_bytes,
         }
         if self.tile is not None:
             out["tile"] = {
