@@ -23,6 +23,10 @@ COMMAND_MODULES = (
     "gpusim.commands.calibrate",
     "gpusim.commands.verify",
     "gpusim.commands.measure",
+    "gpusim.commands.sweep",
+    "gpusim.commands.plot",
+    "gpusim.commands.compare",
+    "gpusim.commands.report",
 )
 
 

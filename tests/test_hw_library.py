@@ -323,6 +323,7 @@ def test_h200_is_h100_with_different_memory():
     calibration takes the H100's fitted compute and DRAM factors and adds its own host-link fit."""
     h100, h200 = _gpu_dump("h100_sxm5_80gb"), _gpu_dump("h200_sxm_141gb")
     cal100, cal200 = h100.pop("calibration"), h200.pop("calibration")
+    h100.pop("price_usd_per_s"), h200.pop("price_usd_per_s")  # a rental price, not hardware
     assert leaf_diff(h100, h200) == {
         "dram.type", "dram.capacity_bytes", "dram.bandwidth_bytes_per_s", "dram.bus_width_bits",
         "power.energy.dram_j_per_byte"}

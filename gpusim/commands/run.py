@@ -7,6 +7,7 @@ import argparse
 from gpusim.commands.hw import add_set_argument
 from gpusim.config import load_hardware
 from gpusim.config.loader import parse_set_items
+from gpusim.energy import with_energy
 from gpusim.engine.simulate import simulate
 from gpusim.results.export import write_json, write_trace
 from gpusim.units import format_quantity
@@ -30,7 +31,40 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="eager kernel launches or CUDA-graph replay (default eager)")
     p.add_argument("--unified-memory", action="store_true",
                    help="page a working set larger than device memory over the host link")
+    add_energy_arguments(p)
+    p.add_argument("--epoch-samples", type=float, metavar="N",
+                   help="report the time and cost of an epoch of N samples (model workloads)")
+    p.add_argument("--train-tokens", type=float, metavar="N",
+                   help="report the time and cost of a training run of N tokens, e.g. 300e9 (language models)")
     p.set_defaults(func=cmd_run)
+
+
+def add_energy_arguments(p: argparse.ArgumentParser) -> None:
+    """Power-cap and price options shared by ``run`` and ``sweep``."""
+    p.add_argument("--price-per-hour", metavar="PRICE",
+                   help="price of one device-hour, e.g. 2.5USD/h (default: the description's price_usd_per_s)")
+    p.add_argument("--power-cap", metavar="POWER",
+                   help="power cap, e.g. 500W (default: the description's tdp_w); kernels whose power would "
+                        "exceed it are throttled (DVFS) and take longer")
+    p.add_argument("--no-power-cap", action="store_true",
+                   help="report uncapped times and power even where power exceeds TDP")
+
+
+def energy_options(args: argparse.Namespace) -> dict:
+    """Parsed --price-per-hour / --power-cap / --no-power-cap as with_energy keyword arguments."""
+    from gpusim.errors import ConfigError, UnitError
+    from gpusim.units import parse_quantity
+
+    out: dict = {"power_cap": not getattr(args, "no_power_cap", False)}
+    for flag, attr, dim, key in (("--price-per-hour", "price_per_hour", "usd_per_s", "price_usd_per_s"),
+                                 ("--power-cap", "power_cap", "w", "tdp_w")):
+        value = getattr(args, attr, None)
+        if value is not None:
+            try:
+                out[key] = parse_quantity(value, dim)
+            except UnitError as exc:
+                raise ConfigError("command line", flag, str(exc)) from None
+    return out
 
 
 def split_overrides(items: list[str]) -> tuple[list[tuple[str, object]], list[tuple[str, object]]]:
@@ -53,14 +87,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         from gpusim.engine.cluster import simulate_system
 
         result = simulate_system(hardware, workload, record_spans=bool(args.trace))
+        result = with_energy(result, hardware, **energy_options(args))
         if args.trace:
             write_trace(result, args.trace)
-        if args.json:
-            write_json(result.to_dict(), args.json)
-            if args.json == "-":
-                return 0
-        print_summary(result)
-        return 0
+        return _report(result, args)
     if layout is not None and layout.data * layout.tensor * layout.pipeline > 1:
         # The single-device engine runs the whole graph on one device: drop the layout so the memory
         # footprint describes what is simulated.
@@ -70,13 +100,38 @@ def cmd_run(args: argparse.Namespace) -> int:
                                                             "parallelism.pipeline=1", "parallelism.zero_stage=0"])
     result = simulate(hardware, workload, launch_mode=args.launch, unified_memory=args.unified_memory,
                       record_spans=bool(args.trace), notes=tuple(notes))
+    result = with_energy(result, hardware, **energy_options(args))
     if args.trace:
         write_trace(result, args.trace)
+    return _report(result, args)
+
+
+def _report(result, args: argparse.Namespace) -> int:
+    from gpusim.cost import run_cost
+
+    cost = None
+    if args.epoch_samples is not None or args.train_tokens is not None:
+        if result.price_usd_per_s is None:
+            from gpusim.errors import ConfigError
+
+            raise ConfigError("command line", "--price-per-hour", f"{result.hardware} has no price_usd_per_s; "
+                              "give --price-per-hour for epoch or training-run costs")
+        cost = run_cost(result, result.price_usd_per_s, epoch_samples=args.epoch_samples,
+                        train_tokens=args.train_tokens)
     if args.json:
-        write_json(result.to_dict(), args.json)
+        data = result.to_dict()
+        if cost is not None:
+            data["run_cost"] = {k: v for k, v in cost.__dict__.items() if v is not None}
+        write_json(data, args.json)
         if args.json == "-":
             return 0
     print_summary(result)
+    if cost is not None:
+        if cost.epoch_usd is not None:
+            print(f"  epoch of {args.epoch_samples:,.0f} samples: {cost.epoch_s / 3600:,.2f} h, ${cost.epoch_usd:,.2f}")
+        if cost.training_usd is not None:
+            print(f"  training run of {args.train_tokens:,.3g} tokens: {cost.training_s / 86400:,.2f} days on "
+                  f"{cost.num_devices} device(s), ${cost.training_usd:,.0f} ({cost.tokens_per_usd:,.0f} tokens/USD)")
     return 0
 
 
@@ -101,6 +156,12 @@ def print_summary(result) -> None:
             print("  busiest links: " + ", ".join(f"{k} {u:.0%}" for k, u in busiest))
     print(f"  memory {result.peak_memory_bytes / 2**30:.2f} GiB of {result.memory_capacity_bytes / 2**30:.0f} GiB"
           f" ({'fits' if result.fits_in_memory else 'DOES NOT FIT'})")
+    if result.energy_j is not None:
+        line = (f"  energy {format_quantity(result.energy_j, 'j')}, power avg {result.avg_power_w:,.0f} W / peak "
+                f"{result.peak_power_w:,.0f} W (TDP {result.tdp_w:,.0f} W), {result.flop_per_j / 1e9:,.1f} GFLOP/J")
+        if result.cost_usd is not None:
+            line += f", cost ${result.cost_usd:,.4g} at ${result.price_usd_per_s * 3600:,.2f}/device-hour"
+        print(line)
     for w in result.warnings:
         print(f"  warning: {w}")
     total = sum(result.time_breakdown_s.values()) or 1.0

@@ -36,6 +36,9 @@ class KernelRecord:
     launch_gap_s: float = 0.0
     executed_flop: float | None = None
     """FLOP the kernel really executes (differs from ``flop`` for causal fused attention)."""
+    energy_j: float | None = None
+    """Energy of all launches (dynamic + static), set by :func:`gpusim.energy.with_energy`."""
+    avg_power_w: float | None = None
 
     @property
     def achieved_flop_per_s(self) -> float:
@@ -60,6 +63,7 @@ class KernelRecord:
             "achieved_dram_bytes_per_s": self.dram_bytes / self.time_s if self.time_s > 0 else 0.0,
             "bound": self.bound,
             "launch_gap_s": self.launch_gap_s,
+            **({"energy_j": self.energy_j, "avg_power_w": self.avg_power_w} if self.energy_j is not None else {}),
             **self.plan,
         }
 
@@ -92,6 +96,22 @@ class SimulationResult:
     algbw_bytes_per_s: float | None = None
     busbw_bytes_per_s: float | None = None
     collective_algorithm: str | None = None
+    # energy, power and cost (gpusim.energy.with_energy); absent unless computed
+    energy_j: float | None = None
+    avg_power_w: float | None = None
+    """Per device, over the run."""
+    peak_power_w: float | None = None
+    """Highest kernel average power of one device."""
+    flop_per_j: float | None = None
+    energy_breakdown_j: dict[str, float] = field(default_factory=dict)
+    tdp_w: float | None = None
+    """Power cap applied (the description's TDP unless overridden)."""
+    clock_fraction_min: float | None = None
+    """Lowest clock fraction the power cap chose (1.0: no kernel throttled)."""
+    price_usd_per_s: float | None = None
+    """Price of one device-second."""
+    cost_usd: float | None = None
+    """Cost of the run (one step for a model workload) on all its devices."""
 
     @property
     def total_flop(self) -> float:
@@ -133,5 +153,16 @@ class SimulationResult:
             out["algbw_bytes_per_s"] = self.algbw_bytes_per_s
             out["busbw_bytes_per_s"] = self.busbw_bytes_per_s
             out["collective_algorithm"] = self.collective_algorithm
+        if self.energy_j is not None:
+            out["energy_j"] = self.energy_j
+            out["avg_power_w"] = self.avg_power_w
+            out["peak_power_w"] = self.peak_power_w
+            out["flop_per_j"] = self.flop_per_j
+            out["energy_breakdown_j"] = dict(self.energy_breakdown_j)
+            out["tdp_w"] = self.tdp_w
+            out["clock_fraction_min"] = self.clock_fraction_min
+        if self.cost_usd is not None:
+            out["price_usd_per_s"] = self.price_usd_per_s
+            out["cost_usd"] = self.cost_usd
         out["kernels"] = [k.to_dict() for k in self.kernels]
         return out
