@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import simpy
 
 from gpusim.engine.fluid import FluidSystem
@@ -47,7 +48,8 @@ class CtaProfile:
         return "compute" if compute_rate <= self.latency_cap_rate else "latency"
 
 
-def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_cta: float) -> CtaProfile:
+def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -> tuple[float, float]:
+    """(compute seconds of one CTA, its bytes in flight) when ``count`` CTAs are resident."""
     per_busiest_unit = max(1, math.ceil(count / machine.num_units))
     per_busiest_unit = min(per_busiest_unit, plan.ctas_per_unit)
     warps = math.ceil(plan.threads_per_cta / machine.warp_size)
@@ -63,12 +65,17 @@ def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_c
     if plan.sfu_ops_per_cta > 0:
         sfu_rate = machine.sfu_ops_per_cycle * machine.unit_clock_hz * issue_share / per_busiest_unit
         compute_s += plan.sfu_ops_per_cta / sfu_rate
-    l2_bytes = plan.l2_bytes_per_cta
-    hit = 0.0 if l2_bytes <= 0 else max(0.0, min(1.0, 1.0 - dram_bytes_per_cta / l2_bytes))
-    latency = hit * machine.l2_latency_s + (1.0 - hit) * machine.dram_latency_s
     in_flight = plan.bytes_in_flight_per_cta
     if machine.max_bytes_in_flight_per_unit is not None:
         in_flight = min(in_flight, machine.max_bytes_in_flight_per_unit / per_busiest_unit)
+    return compute_s, in_flight
+
+
+def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_cta: float) -> CtaProfile:
+    compute_s, in_flight = _cta_compute_and_in_flight(plan, machine, count)
+    l2_bytes = plan.l2_bytes_per_cta
+    hit = 0.0 if l2_bytes <= 0 else max(0.0, min(1.0, 1.0 - dram_bytes_per_cta / l2_bytes))
+    latency = hit * machine.l2_latency_s + (1.0 - hit) * machine.dram_latency_s
     traffic = max(l2_bytes, dram_bytes_per_cta)
     latency_cap = (in_flight / latency) / traffic if traffic > 0 and in_flight > 0 else math.inf
     return CtaProfile(count=count, compute_s=compute_s, l2_bytes=l2_bytes, dram_bytes=dram_bytes_per_cta,
@@ -113,21 +120,32 @@ def wave_groups(plan: KernelPlan, machine: Machine) -> list[WaveGroup]:
 
 
 def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
-    """Closed-form time of a kernel running alone (the same physics as the DES, no event loop).
-
-    Used to rank tile candidates; :func:`simulate_kernel` gives the simulated time."""
-    total = 0.0
-    dram_bw = machine.dram_achievable_bytes_per_s
-    l2_bw = machine.l2_achievable_bytes_per_s
-    for g in wave_groups(plan, machine):
-        p = cta_profile(plan, machine, g.count, g.dram_bytes_per_cta)
-        rate = p.max_rate
-        if p.dram_bytes > 0:
-            rate = min(rate, dram_bw / (g.count * p.dram_bytes))
-        if p.l2_bytes > 0:
-            rate = min(rate, l2_bw / (g.count * p.l2_bytes))
-        total += g.prologue_s + (g.num_waves / rate if rate > 0 else math.inf)
-    return total
+    """Closed-form time of a kernel running alone (the same physics as the DES, no event loop),
+    vectorized over waves. Used to rank tile candidates; :func:`simulate_kernel` gives the simulated
+    time (equal to this for a kernel alone on the device)."""
+    waves = np.asarray(plan.wave_dram_bytes, dtype=np.float64)
+    slots = plan.ctas_per_unit * machine.num_units
+    counts = np.full(len(waves), float(slots))
+    counts[-1] = plan.grid - slots * (len(waves) - 1)
+    compute = np.empty(len(waves))
+    in_flight = np.empty(len(waves))
+    for count in np.unique(counts):
+        c, f = _cta_compute_and_in_flight(plan, machine, int(count))
+        compute[counts == count], in_flight[counts == count] = c, f
+    dram = waves / counts
+    l2 = plan.l2_bytes_per_cta
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hit = np.clip(1.0 - dram / l2, 0.0, 1.0) if l2 > 0 else np.zeros(len(waves))
+        latency = hit * machine.l2_latency_s + (1.0 - hit) * machine.dram_latency_s
+        traffic = np.maximum(l2, dram)
+        rate = np.where(compute > 0, 1.0 / compute, np.inf)
+        rate = np.minimum(rate, np.where((traffic > 0) & (in_flight > 0), in_flight / latency / traffic, np.inf))
+        rate = np.minimum(rate, np.where(dram > 0, machine.dram_achievable_bytes_per_s / (counts * dram), np.inf))
+        if l2 > 0:
+            rate = np.minimum(rate, machine.l2_achievable_bytes_per_s / (counts * l2))
+        seconds = np.where(rate > 0, 1.0 / rate, np.inf)
+    prologue = machine.dram_latency_s * (len(waves) if plan.prologue_per_wave else 1)
+    return float(seconds.sum()) + prologue
 
 
 @dataclass(frozen=True)

@@ -222,7 +222,9 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
         return machine.dram_latency_s + cta_flop * on_busiest / (rate * share)
 
     total = (grid // slots) * wave_s(slots) + (wave_s(grid % slots) if grid % slots else 0.0)
-    return max(total, min_dram_bytes / machine.dram_achievable_bytes_per_s)
+    operand_l2_bytes = grid * (tile.block_m + tile.block_n / tile.cluster) * k_iters * tile.block_k * DTYPE_BYTES[dtype]
+    return max(total, min_dram_bytes / machine.dram_achievable_bytes_per_s,
+               operand_l2_bytes / machine.l2_achievable_bytes_per_s)
 
 
 def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int, batch: int, dtype: str,
