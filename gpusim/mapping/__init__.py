@@ -40,7 +40,9 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
               b_group: int = 1, extra_c_bytes_per_element: float = 0.0, sfu_ops_per_output: float = 0.0,
               sparse: bool = False) -> KernelPlan:
     """The fastest predicted tile configuration for a (batched) GEMM."""
-    if machine.matrix_rate_per_unit(dtype) is None and machine.vector_rate_per_unit(dtype) is None:
+    if machine.matrix_rate_per_unit(dtype) is None and (
+            dtype in ("fp8", "int8", "fp4") or machine.vector_rate_per_unit(dtype) is None):
+        # low-precision formats exist only as tensor-core (matrix-unit) inputs
         raise SimulationError(f"{machine.name} has no pipe for {dtype} matrix multiplication")
     eb = DTYPE_BYTES[dtype]
     if sparse:
