@@ -93,3 +93,33 @@ def overlay_yaml(base: str, factors: list[FittedFactor], measurements: str) -> s
     for f in factors:
         lines.append(f"    {f.name}: {f.value}")
     return "\n".join(lines) + "\n"
+
+
+TDP_GEMM_SIZE = 8192
+
+
+def fit_dynamic_energy_factor(gpu: str) -> tuple[float, str] | None:
+    """The ``dynamic_energy_factor`` that makes a large dense GEMM in the GPU's fastest 16-bit tensor
+    format draw exactly its TDP (with the description's other calibration applied): GPUs under
+    sustained tensor load run at their power limit, so TDP is the first energy calibration point.
+    Returns (factor, the GEMM it was fitted on), or None for a device without 16-bit matrix units."""
+    from gpusim.energy import kernel_energy
+    from gpusim.engine.simulate import simulate
+    from gpusim.workload import load_workload
+
+    desc = load_hardware(gpu)
+    machine = machine_of(desc)
+    dtype = next((d for d in ("bf16", "fp16") if machine.matrix_rate_per_unit(d)), None)
+    if dtype is None or desc.kind == "cpu":
+        return None
+    size = TDP_GEMM_SIZE
+    workload = load_workload("gemm_8192_bf16", [f"ops.gemm.dtype={dtype}", f"ops.gemm.m={size}",
+                                                f"ops.gemm.n={size}", f"ops.gemm.k={size}"])
+    uncalibrated = replace(machine, calibration=replace(machine.calibration, dynamic_energy_factor=1.0))
+    result = simulate(desc, workload, record_spans=False)
+    power = desc.gpu.power
+    kernel = next(k for k in result.kernels if k.op == "matmul")
+    energy = kernel_energy(kernel, power, uncalibrated)
+    dynamic_w = (energy.math_j + energy.l1_j + energy.l2_j + energy.dram_j) / kernel.time_s
+    factor = (power.tdp_w - power.idle_w) / dynamic_w
+    return round(factor, 3), f"{size}^3 {dtype} GEMM"

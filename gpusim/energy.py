@@ -163,16 +163,17 @@ def kernel_energy(record, power_spec, machine: Machine) -> KernelEnergy:
         if record.op in HOST_LINK_OP_KINDS:
             per_copy_s = record.time_s / repeat - machine.host_link_latency_s
             link_bytes = max(0.0, per_copy_s) * machine.host_link_achievable_bytes_per_s * repeat
-            link = link_bytes * e.host_link_j_per_byte
+            link = link_bytes * e.host_link_j_per_byte * machine.calibration.dynamic_energy_factor
         return KernelEnergy(record.name, record.time_s, 0.0, 0.0, 0.0, 0.0, link, static, 0.0)
     pipe = plan.get("pipe", "none")
     dtype = plan.get("dtype", "fp32")
     executed = record.flop if record.executed_flop is None else record.executed_flop
-    math = executed * math_j_per_flop(e, pipe, dtype)
+    factor = machine.calibration.dynamic_energy_factor  # labelled calibration (1 when absent)
+    math = executed * math_j_per_flop(e, pipe, dtype) * factor
     l2_bytes = _l2_bytes(record)
-    l2 = l2_bytes * e.l2_j_per_byte
-    l1 = l2_bytes * e.l1_j_per_byte
-    dram = record.dram_bytes * e.dram_j_per_byte
+    l2 = l2_bytes * e.l2_j_per_byte * factor
+    l1 = l2_bytes * e.l1_j_per_byte * factor
+    dram = record.dram_bytes * e.dram_j_per_byte * factor
     return KernelEnergy(record.name, record.time_s, math, l1, l2, dram, 0.0, static, math + l1 + l2)
 
 

@@ -103,7 +103,8 @@ def test_tiny_gpu_walkthrough(tmp_path):
 def test_c16_energy(tmp_path):
     out = run_example("c16_energy", tmp_path)
     eff = out["efficiency"]
-    assert out["h100_fp16_flop_per_j"] > 3 * out["cpu_flop_per_j"]
+    # the H100's GEMM energy is calibrated to draw its TDP; the Xeon's AMX GEMM is not calibrated
+    assert out["h100_fp16_flop_per_j"] > 2 * out["cpu_flop_per_j"]
     assert eff["h100_sxm5_80gb/fp8"]["flop_per_j"] > eff["h100_sxm5_80gb/fp16"]["flop_per_j"]
     assert eff["h100_sxm5_80gb/fp16"]["datasheet_flop_per_j"] == pytest.approx(989.4e12 / 700, rel=0.01)
     split = out["split"]

@@ -25,6 +25,7 @@ class Calibration:
     host_link_fraction: float = 1.0
     peer_link_fraction: float = 1.0
     in_switch_reduction_fraction: float = 1.0
+    dynamic_energy_factor: float = 1.0
     source: str = "uncalibrated (datasheet values)"
 
 
