@@ -47,7 +47,7 @@ def _register_sweep(plot_sub) -> None:
     p.add_argument("--hue", metavar="KEY", help="one line per value of this column")
     p.add_argument("--logx", action="store_true")
     p.add_argument("--logy", action="store_true")
-    p.add_argument("--out", default="sweep.png", metavar="PATH", help="figure file (.png, .svg, .pdf)")
+    p.add_argument("-o", "--out", default="sweep.png", metavar="PATH", help="figure file (.png, .svg, .pdf)")
     p.set_defaults(func=cmd_plot_sweep)
 
 
@@ -124,7 +124,7 @@ def _register_pareto(plot_sub) -> None:
                    help="objectives to minimize, from time, energy, cost (default all three; cost is "
                         "skipped when the sweep has no prices)")
     p.add_argument("--label", metavar="KEY", help="annotate front points with this column")
-    p.add_argument("--out", default="pareto.png", metavar="PATH", help="figure file (.png, .svg, .pdf)")
+    p.add_argument("-o", "--out", default="pareto.png", metavar="PATH", help="figure file (.png, .svg, .pdf)")
     p.set_defaults(func=cmd_plot_pareto)
 
 
