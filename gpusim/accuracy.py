@@ -128,7 +128,9 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
         bypass_l1 = case.variant == "ld_global_cg"
         return _chase_latency_s(case.working_set_bytes, machine, device, bypass_l1), None
     if op in ("memcpy_h2d", "memcpy_d2h"):
-        return transfer_time_s(machine, case.num_bytes or COPY_BYTES), None
+        # a cudaMemcpy timed call by call pays the host's API cost (as an eager launch does) on top
+        # of the DMA's latency and bytes
+        return machine.kernel_launch_s + transfer_time_s(machine, case.num_bytes or COPY_BYTES), None
     raise ValueError(f"no simulation for op {op!r}")
 
 
