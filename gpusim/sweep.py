@@ -33,12 +33,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from gpusim.errors import ConfigError, GpusimError
+from gpusim.runner import HARDWARE_ROOTS
 
 SWEEP_SOURCE = "sweep"
-
-HARDWARE_ROOTS = ("gpu", "cpu", "num_nodes", "num_gpus_per_node", "intra_node", "inter_node", "host_cpu",
-                  "num_cpus_per_node", "name", "description")
-"""First key segments that address the hardware description (as ``gpusim run --set``)."""
 
 METRICS = (
     "total_time_s", "step_time_s", "samples_per_s", "tokens_per_s", "mfu_fraction",
@@ -207,29 +204,13 @@ def split_params(params: Iterable[tuple[str, str]]) -> tuple[list[str], list[str
 def simulate_point(hardware_name: str, workload_name: str, params: Iterable[tuple[str, str]],
                    options: Mapping[str, Any] | None = None):
     """Load, simulate (the engine ``gpusim run`` would pick) and add energy/cost: a SimulationResult."""
-    from gpusim.config import load_hardware
     from gpusim.energy import with_energy
-    from gpusim.engine.simulate import simulate
-    from gpusim.workload import load_workload
+    from gpusim.runner import load_and_simulate
 
     options = dict(options or {})
     hw_items, wl_items = split_params(params)
-    hardware = load_hardware(hardware_name, hw_items)
-    workload = load_workload(workload_name, wl_items)
-    layout = getattr(workload, "parallelism", None)
-    if hardware.kind == "system" and (workload.kind != "model" or layout.num_gpus > 1):
-        from gpusim.engine.cluster import simulate_system
-
-        result = simulate_system(hardware, workload, record_spans=False)
-    else:
-        notes: tuple[str, ...] = ()
-        if layout is not None and layout.data * layout.tensor * layout.pipeline > 1:
-            notes = ("the workload's parallel layout is simulated on one device",)
-            workload = load_workload(workload_name, wl_items + ["parallelism.data=1", "parallelism.tensor=1",
-                                                                "parallelism.pipeline=1",
-                                                                "parallelism.zero_stage=0"])
-        result = simulate(hardware, workload, launch_mode=options.get("launch_mode", "eager"),
-                          record_spans=False, notes=notes)
+    hardware, result = load_and_simulate(hardware_name, workload_name, hw_items, wl_items,
+                                         launch_mode=options.get("launch_mode", "eager"))
     return with_energy(result, hardware, power_cap=options.get("power_cap", True),
                        tdp_w=options.get("tdp_w"), price_usd_per_s=options.get("price_usd_per_s"))
 

@@ -15,28 +15,12 @@ from gpusim.commands.hw import add_set_argument
 def simulate_named(hardware_name: str, workload_name: str, overrides: list[str], *, launch_mode: str = "eager",
                    unified_memory: bool = False, record_spans: bool = False):
     """Load and simulate like ``gpusim run`` does; returns (hardware description, result)."""
-    from gpusim.commands.run import split_overrides
-    from gpusim.config import load_hardware
-    from gpusim.engine.simulate import simulate
-    from gpusim.workload import load_workload
+    from gpusim.config.loader import parse_set_items
+    from gpusim.runner import load_and_simulate, split_overrides
 
-    hw_overrides, wl_overrides = split_overrides(overrides)
-    hardware = load_hardware(hardware_name, hw_overrides)
-    wl_items = [f"{k}={v}" for k, v in wl_overrides]
-    workload = load_workload(workload_name, wl_items)
-    layout = getattr(workload, "parallelism", None)
-    if hardware.kind == "system" and (workload.kind != "model" or layout.num_gpus > 1):
-        from gpusim.engine.cluster import simulate_system
-
-        return hardware, simulate_system(hardware, workload, record_spans=record_spans)
-    notes = []
-    if layout is not None and layout.data * layout.tensor * layout.pipeline > 1:
-        notes.append(f"the workload's layout (data {layout.data}, tensor {layout.tensor}, pipeline "
-                     f"{layout.pipeline}) is for several GPUs; simulated here on one {hardware.name} device")
-        workload = load_workload(workload_name, wl_items + ["parallelism.data=1", "parallelism.tensor=1",
-                                                            "parallelism.pipeline=1", "parallelism.zero_stage=0"])
-    return hardware, simulate(hardware, workload, launch_mode=launch_mode, unified_memory=unified_memory,
-                              record_spans=record_spans, notes=tuple(notes))
+    hw_overrides, wl_items = split_overrides(parse_set_items(overrides))
+    return load_and_simulate(hardware_name, workload_name, hw_overrides, wl_items, launch_mode=launch_mode,
+                             unified_memory=unified_memory, record_spans=record_spans)
 
 
 def _common(p: argparse.ArgumentParser, default_name: str) -> None:

@@ -5,15 +5,11 @@ from __future__ import annotations
 import argparse
 
 from gpusim.commands.hw import add_set_argument
-from gpusim.config import load_hardware
 from gpusim.config.loader import parse_set_items
 from gpusim.energy import with_energy
-from gpusim.engine.simulate import simulate
 from gpusim.results.export import write_json, write_trace
+from gpusim.runner import load_and_simulate, split_overrides
 from gpusim.units import format_quantity
-
-HARDWARE_ROOTS = ("gpu", "cpu", "num_nodes", "num_gpus_per_node", "intra_node", "inter_node", "host_cpu",
-                  "num_cpus_per_node", "name", "description")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -67,39 +63,11 @@ def energy_options(args: argparse.Namespace) -> dict:
     return out
 
 
-def split_overrides(items: list[str]) -> tuple[list[tuple[str, object]], list[tuple[str, object]]]:
-    hw, wl = [], []
-    for key, value in parse_set_items(items):
-        (hw if key.split(".")[0] in HARDWARE_ROOTS else wl).append((key, value))
-    return hw, wl
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    from gpusim.workload import load_workload
-
-    hw_overrides, wl_overrides = split_overrides(args.overrides)
-    hardware = load_hardware(args.hardware, hw_overrides)
-    wl_items = [f"{k}={v}" for k, v in wl_overrides]
-    workload = load_workload(args.workload, wl_items)
-    notes = []
-    layout = getattr(workload, "parallelism", None)
-    if hardware.kind == "system" and (workload.kind != "model" or layout.num_gpus > 1):
-        from gpusim.engine.cluster import simulate_system
-
-        result = simulate_system(hardware, workload, record_spans=bool(args.trace))
-        result = with_energy(result, hardware, **energy_options(args))
-        if args.trace:
-            write_trace(result, args.trace)
-        return _report(result, args)
-    if layout is not None and layout.data * layout.tensor * layout.pipeline > 1:
-        # The single-device engine runs the whole graph on one device: drop the layout so the memory
-        # footprint describes what is simulated.
-        notes.append(f"the workload's layout (data {layout.data}, tensor {layout.tensor}, pipeline "
-                     f"{layout.pipeline}) is for several GPUs; simulated here on one {hardware.name} device")
-        workload = load_workload(args.workload, wl_items + ["parallelism.data=1", "parallelism.tensor=1",
-                                                            "parallelism.pipeline=1", "parallelism.zero_stage=0"])
-    result = simulate(hardware, workload, launch_mode=args.launch, unified_memory=args.unified_memory,
-                      record_spans=bool(args.trace), notes=tuple(notes))
+    hw_overrides, wl_items = split_overrides(parse_set_items(args.overrides))
+    hardware, result = load_and_simulate(args.hardware, args.workload, hw_overrides, wl_items,
+                                         launch_mode=args.launch, unified_memory=args.unified_memory,
+                                         record_spans=bool(args.trace))
     result = with_energy(result, hardware, **energy_options(args))
     if args.trace:
         write_trace(result, args.trace)
