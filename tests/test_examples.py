@@ -111,3 +111,108 @@ def test_c21_mi300x_tpu(tmp_path):
     assert out["mi300x_capacity_bytes"] == 192 * 2**30
     assert out["speedup_over_h100"]["layernorm_bf16"]["mi300x"] > 1  # 5.3 vs 3.35 TB/s
     assert out["speedup_over_h100"]["gemm_8192_bf16"]["tpu_like_systolic"] < 1
+
+
+def test_c07_occupancy(tmp_path):
+    out = run_example("c07_occupancy", tmp_path)
+    rows = out["rows"]
+    bw = [r["achieved_bytes_per_s"] for r in rows]
+    assert all(b2 >= b1 * 0.999 for b1, b2 in zip(bw, bw[1:]))  # more resident threads never lose bandwidth
+    assert out["linear_region_error_fraction"] < 0.1  # Little's law: threads x 8 B / latency
+    assert out["gain_full_vs_one_warp"] > 10
+    for r in rows:  # never above the Little's-law cap or the DRAM rate
+        assert r["achieved_bytes_per_s"] <= min(r["littles_law_bytes_per_s"], 1.89e12) * 1.01
+    assert out["saturation_occupancy_fraction"] <= 0.5
+    assert len(out["measured_error_fractions"]) == 6  # the published 3..100 % sweep
+    assert max(abs(e) for e in out["measured_error_fractions"]) < 0.35
+    assert out["register_file_bytes_per_sm"] == 256 * 1024
+    assert out["verdict"].startswith("confirmed")
+
+
+def test_c08_coalescing(tmp_path):
+    out = run_example("c08_coalescing", tmp_path)
+    fp32 = out["rows"]["fp32"]
+    assert [r["sector_waste"] for r in fp32] == [1, 2, 4, 8, 8, 8, 8]  # 32-byte sectors, 4-byte elements
+    assert [r["sector_waste"] for r in out["rows"]["bf16"]][-1] == 16
+    # reads grow 8x, writes stay: (8 + 1) / 2 = 4.5x the bytes of the coalesced kernel
+    assert out["fp32_traffic_ratio"] == pytest.approx(4.5, rel=0.02)
+    assert 3.5 < out["fp32_slowdown"] < 5.0 and out["bf16_slowdown"] > out["fp32_slowdown"]
+    assert out["waste_saturates"] and out["verdict"].startswith("confirmed")
+
+
+def test_c14_scaling(tmp_path):
+    out = run_example("c14_scaling", tmp_path)
+    assert out["nvlink_bytes_per_s_per_direction"] == pytest.approx(450e9)
+    assert out["dp_efficiency_largest"] > 0.9
+    assert out["dp_efficiency_largest_no_overlap"] < out["dp_efficiency_largest"]
+    assert not out["gpt3_fits_one_gpu"]
+    for r in out["pipeline"]:
+        assert r["fits"]
+    by = {(r["pipeline"], r["microbatches"]): r["bubble_fraction"] for r in out["pipeline"]}
+    assert by[(4, 4)] > by[(4, 64)] and by[(2, 4)] < by[(4, 4)]  # bubble ~ (p - 1) / (m + p - 1)
+    assert by[(4, 4)] == pytest.approx(3 / 7, abs=0.05)
+    assert out["gpt3_dp_efficiency_largest"] > 0.8
+    assert out["verdict"].startswith("confirmed")
+
+
+def test_c15_h100_vs_a100(tmp_path):
+    out = run_example("c15_h100_vs_a100", tmp_path)
+    assert 1.5 < out["ratio_bf16"] <= out["peak_ratio_bf16"] * 1.05
+    assert out["ratio_bf16"] < out["ratio_fp8"] < 6
+    assert out["node_ratio_fp8"] < 6
+    measured = [p["ratio"] for p in out["measured_pairs"]]
+    assert len(measured) >= 4 and all(2.0 < r < 2.5 for r in measured)
+    assert out["verdict"].startswith("refuted") and "not 6-9x" in out["verdict"]
+
+
+def test_c18_input_pipeline(tmp_path):
+    out = run_example("c18_input_pipeline", tmp_path)
+    rows = out["rows"]
+    v, h = rows["v100_pcie_32gb/mlp_mnist"], rows["h100_pcie_80gb/mlp_mnist"]
+    assert v["input_bytes"] == 8192 * 784 * 4  # MNIST images in FP32
+    assert v["pcie_generation"] == 3 and h["pcie_generation"] == 5
+    assert h["copy_s"] < v["copy_s"] / 3
+    assert v["serial_idle_fraction"] > 0.2 > rows["v100_pcie_32gb/resnet50_train"]["serial_idle_fraction"]
+    for r in rows.values():  # prefetching hides a copy shorter than the step
+        assert r["copy_s"] < r["gpu_s"]
+        assert r["pipelined_step_s"] < r["serial_step_s"]
+        assert r["pipelined_idle_fraction"] < 0.05
+    assert out["preprocessing"]["h100_pcie_80gb"]["idle_fraction"] > out["preprocessing"]["v100_pcie_32gb"]["idle_fraction"]
+
+
+def test_tiny_gpu_walkthrough(tmp_path):
+    out = run_example("tiny_gpu_walkthrough", tmp_path)
+    assert out["peak_flop_per_s"] == 4 * 1024 * 1e9
+    assert out["compute_s"] == pytest.approx(2 * 512**3 / 4.096e12)
+    assert out["num_waves"] == -(-out["grid"] // (out["ctas_per_sm"] * 4))
+    assert sum(out["wave_dram_bytes"]) >= out["compulsory_bytes"] * 0.999
+    assert out["time_s"] >= max(out["compute_s"], out["memory_s"])
+    assert out["time_s"] == pytest.approx(out["hand_s"], rel=0.05)
+    assert out["spans"][0][0] == pytest.approx(500e-9)  # the first wave waits one DRAM latency
+
+
+def test_c16_energy(tmp_path):
+    out = run_example("c16_energy", tmp_path)
+    eff = out["efficiency"]
+    # the H100's GEMM energy is calibrated to draw its TDP; the Xeon's AMX GEMM is not calibrated
+    assert out["h100_fp16_flop_per_j"] > 2 * out["cpu_flop_per_j"]
+    assert eff["h100_sxm5_80gb/fp8"]["flop_per_j"] > eff["h100_sxm5_80gb/fp16"]["flop_per_j"]
+    assert eff["h100_sxm5_80gb/fp16"]["datasheet_flop_per_j"] == pytest.approx(989.4e12 / 700, rel=0.01)
+    split = out["split"]
+    for x in split.values():
+        assert x["math_fraction"] + x["data_movement_fraction"] + x["static_fraction"] == pytest.approx(1.0)
+    assert split["softmax (bf16)"]["data_movement_fraction"] > 10 * split["softmax (bf16)"]["math_fraction"]
+    assert split["GEMM (fp16)"]["math_fraction"] > split["GEMM (fp16)"]["data_movement_fraction"]
+    assert out["verdict"].startswith("qualified")
+
+
+def test_c17_cost(tmp_path):
+    out = run_example("c17_cost", tmp_path)
+    h = out["runs"]["h100_sxm5_80gb"]
+    assert h["price_usd_per_hour"] == pytest.approx(2.69)
+    assert h["resnet_usd"] == pytest.approx(h["resnet_hours"] * 2.69, rel=1e-6)
+    assert h["gpt2_usd"] == pytest.approx(h["gpt2_hours"] * 2.69, rel=1e-6)
+    assert out["train_tokens"] == pytest.approx(15.48e9)
+    assert out["cpu_slowdown_resnet"] > 3 and out["cpu_slowdown_gpt2"] > 3
+    cpu = out["runs"]["xeon_8480"]
+    assert cpu["break_even_usd_per_hour_gpt2"] == pytest.approx(2.69 / out["cpu_slowdown_gpt2"], rel=1e-6)
