@@ -67,6 +67,25 @@ def _gemm_kernel(bm: int, bn: int, bk: int, stages: int, threads: int, tm: int, 
     tin = _types(in_dtype)
     tout = _types(out_dtype)
 
+    @cuda.jit(device=True)
+    def load_stage(a, b, sa, sb, slot, bat, m0, n0, kb, k_end, m, n, tid):
+        """Copy the A (bm x bk) and B (bk x bn) tiles starting at k = kb into pipeline slot ``slot``,
+        zero-filling past the matrix edges."""
+        for e in range(tid, bm * bk, threads):
+            r = e // bk
+            q = e % bk
+            if m0 + r < m and kb + q < k_end:
+                sa[slot, r, q] = a[bat, m0 + r, kb + q]
+            else:
+                sa[slot, r, q] = 0.0
+        for e in range(tid, bk * bn, threads):
+            r = e // bn
+            q = e % bn
+            if kb + r < k_end and n0 + q < n:
+                sb[slot, r, q] = b[bat, kb + r, n0 + q]
+            else:
+                sb[slot, r, q] = 0.0
+
     @cuda.jit
     def gemm(a, b, c, work, m, n, k, mt, nt, k_per_split):
         sa = cuda.shared.array((stages, bm, bk), tin)
@@ -102,40 +121,11 @@ def _gemm_kernel(bm: int, bn: int, bk: int, stages: int, threads: int, tm: int, 
         # CTA loads tile kt+stages-1 into the slot freed by step kt-1, then multiplies tile kt.
         for s in range(stages - 1):
             if s < num_kt:
-                kb = k_begin + s * bk
-                for e in range(tid, bm * bk, threads):
-                    r = e // bk
-                    q = e % bk
-                    if m0 + r < m and kb + q < k_end:
-                        sa[s, r, q] = a[bat, m0 + r, kb + q]
-                    else:
-                        sa[s, r, q] = 0.0
-                for e in range(tid, bk * bn, threads):
-                    r = e // bn
-                    q = e % bn
-                    if kb + r < k_end and n0 + q < n:
-                        sb[s, r, q] = b[bat, kb + r, n0 + q]
-                    else:
-                        sb[s, r, q] = 0.0
+                load_stage(a, b, sa, sb, s, bat, m0, n0, k_begin + s * bk, k_end, m, n, tid)
         for kt in range(num_kt):
             nxt = kt + stages - 1
             if nxt < num_kt:
-                slot = nxt % stages
-                kb = k_begin + nxt * bk
-                for e in range(tid, bm * bk, threads):
-                    r = e // bk
-                    q = e % bk
-                    if m0 + r < m and kb + q < k_end:
-                        sa[slot, r, q] = a[bat, m0 + r, kb + q]
-                    else:
-                        sa[slot, r, q] = 0.0
-                for e in range(tid, bk * bn, threads):
-                    r = e // bn
-                    q = e % bn
-                    if kb + r < k_end and n0 + q < n:
-                        sb[slot, r, q] = b[bat, kb + r, n0 + q]
-                    else:
-                        sb[slot, r, q] = 0.0
+                load_stage(a, b, sa, sb, nxt % stages, bat, m0, n0, k_begin + nxt * bk, k_end, m, n, tid)
             cuda.syncthreads()
             cur = kt % stages
             for kk in range(bk):
