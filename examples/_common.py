@@ -13,7 +13,7 @@ from gpusim.config import load_hardware, summary
 from gpusim.errors import GpusimError
 
 __all__ = ["simulate_named", "load_hardware", "summary", "GpusimError", "run", "try_run", "bar_chart",
-           "verdict", "cli", "ratio_text"]
+           "verdict", "cli", "ratio_text", "published"]
 
 
 def run(hw: str, workload: str, *overrides: str, **kwargs):
@@ -27,6 +27,22 @@ def try_run(hw: str, workload: str, *overrides: str, **kwargs):
         return run(hw, workload, *overrides, **kwargs)
     except GpusimError:
         return None, None
+
+
+def published(*case_ids: str) -> list[dict[str, Any]]:
+    """Published measurements of the same cases (measurements/published/kernels.csv), each simulated
+    exactly as `gpusim accuracy` does, printed beside each other; returns one row per case."""
+    from gpusim.accuracy import run_accuracy
+    from gpusim.measurements import load_kernel_cases
+
+    wanted = [c for c in load_kernel_cases() if c.case_id in case_ids]
+    results, _ = run_accuracy(wanted)
+    rows = []
+    for r in results:
+        print(f"  published {r.case_id}: measured {r.measured:.4g} {r.metric}, simulated {r.simulated:.4g} "
+              f"({r.signed_error_fraction:+.0%}); {r.source}")
+        rows.append({"case_id": r.case_id, "metric": r.metric, "measured": r.measured, "simulated": r.simulated})
+    return rows
 
 
 def bar_chart(path: Path, title: str, labels: Sequence[str], series: dict[str, Sequence[float]], ylabel: str,

@@ -37,7 +37,9 @@ def main(quick: bool = False, out_dir: Path = Path("example-output")) -> dict:
     text = (f"H100 has {h100:,} CUDA cores as claimed; MI300X has {mi:,} stream processors, not 19,200; "
             f"the Xeon 8480 has {cpu['num_units']} cores ({cpu['num_fp32_lanes']:,} FP32 SIMD lanes); "
             f"H100 runs a {size}^3 BF16 GEMM {C.ratio_text(speedup)} faster than the Xeon")
-    return {"devices": rows, "h100_lanes": h100, "mi300x_lanes": mi, "gemm_speedup_h100_vs_xeon": speedup,
+    print("published measurements of the same kind of case:")
+    measured = C.published("h100_sxm_bf16_mm_8192", "h100_sxm_mamf_bf16_2048x2048x13312")
+    return {"published": measured, "devices": rows, "h100_lanes": h100, "mi300x_lanes": mi, "gemm_speedup_h100_vs_xeon": speedup,
             "verdict": C.verdict(status, text)}
 
 

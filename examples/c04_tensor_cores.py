@@ -69,7 +69,9 @@ def main(quick: bool = False, out_dir: Path = Path("example-output")) -> dict:
             f"{sparse['h100_sxm5_80gb']:.2f}x on H100; a 4x4x4 multiply-add per clock "
             f"({fma['v100_sxm2_32gb']:.0f} FMA) is Volta's tensor core; A100 and H100 do "
             f"{fma['a100_sxm4_80gb']:.0f} and {fma['h100_sxm5_80gb']:.0f} FMA per tensor core per clock")
-    return {"gemm_time_s": times, "speedup_vs_fp32": speed, "sparse_speedup": sparse,
+    print("published measurements of the same kind of case:")
+    measured = C.published("a100_pcie_40gb_fp32_mm_8192", "a100_pcie_40gb_fp16_mm_8192", "a100_pcie_40gb_tf32_mm_8192")
+    return {"published": measured, "gemm_time_s": times, "speedup_vs_fp32": speed, "sparse_speedup": sparse,
             "bert_step_speedup_bf16": step_speedup, "peak_ratio_a100": peak_ratio, "fma_per_tensor_core": fma, "verdict": C.verdict(status, text)}
 
 

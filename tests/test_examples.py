@@ -18,6 +18,9 @@ def run_example(name: str, out_dir: Path) -> dict:
     assert out["verdict"].split(":")[0] in ("confirmed", "qualified", "refuted")
     pngs = list(out_dir.glob("*.png"))
     assert pngs and all(p.stat().st_size > 2000 for p in pngs)
+    if "published" in out:  # published measurements of the same cases, simulated the same way
+        assert out["published"] and all(r["measured"] > 0 and r["simulated"] > 0 for r in out["published"])
+        assert all(0.5 < r["simulated"] / r["measured"] < 2 for r in out["published"])
     return out
 
 
