@@ -65,10 +65,6 @@ class Skipped:
     reason: str
 
 
-def _value(case, metric: str) -> float | None:
-    return getattr(case, f"measured_{metric}", None)
-
-
 def _eager_loop_s(machine: Machine, kernel_s: float) -> float:
     """One iteration of a back-to-back loop of eager launches."""
     return max(kernel_s + machine.graph_kernel_launch_s, machine.kernel_launch_s)
@@ -108,15 +104,13 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
         min_bytes = (case.m * case.k + case.k * case.n + case.m * case.n) * eb * batch
         roof = max(flop / peak, min_bytes / device.dram.bandwidth_bytes_per_s) if peak else None
         return t, roof
-    if op == "elementwise" and case.variant == "silu_mul":
-        return _silu_mul_eager_s(case, machine), 3.0 * case.num_elements * DTYPE_BYTES[case.dtype] \
-            / device.dram.bandwidth_bytes_per_s
-    if op == "rmsnorm" and case.variant == "hf_eager":
-        return _unfused_rmsnorm_s(case, machine), 2.0 * case.rows * case.cols * DTYPE_BYTES[case.dtype] \
-            / device.dram.bandwidth_bytes_per_s
     if op in ("elementwise", "stream", "softmax", "layernorm", "rmsnorm"):
-        plan, moved = _memory_plan(case, machine)
-        return _timed_kernel_s(machine, plan, case.timing_method), moved / device.dram.bandwidth_bytes_per_s
+        roofline_s = _moved_bytes(case) / device.dram.bandwidth_bytes_per_s
+        if op == "elementwise" and case.variant == "silu_mul":
+            return _silu_mul_eager_s(case, machine), roofline_s
+        if op == "rmsnorm" and case.variant == "hf_eager":
+            return _unfused_rmsnorm_s(case, machine), roofline_s
+        return _timed_kernel_s(machine, _memory_plan(case, machine), case.timing_method), roofline_s
     if op == "l2_bandwidth":
         return _l2_case(case, machine), None
     if op == "l1_bandwidth":
@@ -135,6 +129,8 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
 
 
 def _memory_plan(case, machine: Machine):
+    """The kernel plan of a stream, elementwise or row-wise (softmax, norm) case, in the launch shape
+    the measured implementation uses."""
     dtype = case.dtype or "fp32"
     eb = DTYPE_BYTES[dtype]
     if case.op == "stream":
@@ -155,24 +151,22 @@ def _memory_plan(case, machine: Machine):
             waves = tuple(min(slots, ctas - i * slots) * (reads + writes) * 8.0 * threads
                           for i in range(math.ceil(ctas / slots)))
             plan = replace(plan, ctas_per_unit=slots_wanted, wave_dram_bytes=waves, occupancy_limiter="occupancy_spoiler")
-        return plan, (reads + writes) * n * 8.0
+        return plan
     if case.op == "elementwise":
         n = case.num_elements
-        inputs = 2 if case.variant in ("add", "mul") else 1
+        inputs = _elementwise_inputs(case.variant)
         ctas, threads, in_flight = elementwise_launch(machine, n, dtype, inputs)
-        moved = (inputs + 1) * n * eb
         sfu = float(n) if case.variant in ("silu_mul", "gelu", "silu") else 0.0
         return streaming_plan(machine, case.variant or "elementwise", "elementwise", dtype, bytes_read=inputs * n * eb,
                               bytes_written=n * eb, flop=float(n), sfu_ops=sfu, num_ctas=ctas,
-                              threads_per_cta=threads, bytes_in_flight_per_thread=in_flight), moved
+                              threads_per_cta=threads, bytes_in_flight_per_thread=in_flight)
     rows, cols = case.rows, case.cols
     ctas, threads, in_flight = row_launch(machine, rows, cols, dtype)
-    moved = 2.0 * rows * cols * eb
     sfu = float(rows) * cols if case.op == "softmax" else 0.0
     reread = 2.0 if case.op == "softmax" else 1.0
     return streaming_plan(machine, case.op, case.op, dtype, bytes_read=rows * cols * eb, bytes_written=rows * cols * eb,
                           flop=4.0 * rows * cols, sfu_ops=sfu, num_ctas=ctas, threads_per_cta=threads,
-                          bytes_in_flight_per_thread=in_flight, l2_reread_fraction=reread), moved
+                          bytes_in_flight_per_thread=in_flight, l2_reread_fraction=reread)
 
 
 UNFUSED_RMSNORM_BYTES_PER_ELEMENT = (  # (read, written) per element of each eager kernel, as in
@@ -258,7 +252,14 @@ def _to_metric(case, seconds: float) -> float:
     raise ValueError(f"unknown metric {metric!r}")
 
 
+def _elementwise_inputs(variant: str | None) -> int:
+    """Input tensors of the published elementwise kernels (one output each)."""
+    return 2 if variant in ("add", "mul", "silu_mul") else 1
+
+
 def _moved_bytes(case) -> float:
+    """Bytes a memory-bound case moves (each input read and each output written once): its
+    bandwidth metric's numerator and its roofline's."""
     dtype = case.dtype or "fp32"
     eb = DTYPE_BYTES[dtype]
     if case.op == "stream":
@@ -266,8 +267,7 @@ def _moved_bytes(case) -> float:
         n = (case.num_bytes or STREAM_ARRAY_BYTES) // 8
         return (reads + writes) * n * 8.0
     if case.op == "elementwise":
-        inputs = 2 if case.variant in ("add", "mul", "silu_mul") else 1
-        return (inputs + 1) * case.num_elements * eb
+        return (_elementwise_inputs(case.variant) + 1) * case.num_elements * eb
     return 2.0 * case.rows * case.cols * eb
 
 
@@ -331,7 +331,7 @@ def run_accuracy(cases: Iterable, calibrated: bool = True, include_excluded: boo
                 machine = replace(machine, calibration=Calibration())
             machines[case.gpu] = (machine, desc.gpu if desc.kind != "cpu" else desc.cpu)
         machine, device = machines[case.gpu]
-        measured = _value(case, case.metric)
+        measured = case.measured_value
         try:
             if plan_rows and case.case_id in plan_rows:
                 plan = own_kernel_plan(case, plan_rows[case.case_id], machine)

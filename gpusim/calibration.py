@@ -38,7 +38,7 @@ class FittedFactor:
 def _rate_ratio(case, machine, device) -> float:
     seconds, _ = simulate_case(case, machine, device)
     simulated = _to_metric(case, seconds)
-    measured = getattr(case, f"measured_{case.metric}")
+    measured = case.measured_value
     if case.metric in ("time_s", "latency_s"):
         return simulated / measured  # measured time longer -> ratio below 1
     return measured / simulated
