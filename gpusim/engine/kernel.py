@@ -71,15 +71,22 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
     return compute_s, in_flight
 
 
+def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine):
+    """Little's law: a CTA with ``in_flight`` outstanding bytes completes at most in_flight / latency
+    bytes per second, the latency weighted by its L2 hit rate; as progress per second (1 = one CTA's
+    work). Works on scalars and on numpy arrays of waves."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hit = np.clip(1.0 - dram_bytes / l2_bytes, 0.0, 1.0) if l2_bytes > 0 else np.zeros_like(dram_bytes)
+        latency = hit * machine.l2_latency_s + (1.0 - hit) * machine.dram_latency_s
+        traffic = np.maximum(l2_bytes, dram_bytes)
+        return np.where((traffic > 0) & (in_flight > 0), in_flight / latency / traffic, np.inf)
+
+
 def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_cta: float) -> CtaProfile:
     compute_s, in_flight = _cta_compute_and_in_flight(plan, machine, count)
-    l2_bytes = plan.l2_bytes_per_cta
-    hit = 0.0 if l2_bytes <= 0 else max(0.0, min(1.0, 1.0 - dram_bytes_per_cta / l2_bytes))
-    latency = hit * machine.l2_latency_s + (1.0 - hit) * machine.dram_latency_s
-    traffic = max(l2_bytes, dram_bytes_per_cta)
-    latency_cap = (in_flight / latency) / traffic if traffic > 0 and in_flight > 0 else math.inf
-    return CtaProfile(count=count, compute_s=compute_s, l2_bytes=l2_bytes, dram_bytes=dram_bytes_per_cta,
-                      latency_cap_rate=latency_cap)
+    latency_cap = float(_latency_cap_rate(in_flight, plan.l2_bytes_per_cta, dram_bytes_per_cta, machine))
+    return CtaProfile(count=count, compute_s=compute_s, l2_bytes=plan.l2_bytes_per_cta,
+                      dram_bytes=dram_bytes_per_cta, latency_cap_rate=latency_cap)
 
 
 @dataclass(frozen=True)
@@ -135,11 +142,8 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
     dram = waves / counts
     l2 = plan.l2_bytes_per_cta
     with np.errstate(divide="ignore", invalid="ignore"):
-        hit = np.clip(1.0 - dram / l2, 0.0, 1.0) if l2 > 0 else np.zeros(len(waves))
-        latency = hit * machine.l2_latency_s + (1.0 - hit) * machine.dram_latency_s
-        traffic = np.maximum(l2, dram)
         rate = np.where(compute > 0, 1.0 / compute, np.inf)
-        rate = np.minimum(rate, np.where((traffic > 0) & (in_flight > 0), in_flight / latency / traffic, np.inf))
+        rate = np.minimum(rate, _latency_cap_rate(in_flight, l2, dram, machine))
         rate = np.minimum(rate, np.where(dram > 0, machine.dram_achievable_bytes_per_s / (counts * dram), np.inf))
         if l2 > 0:
             rate = np.minimum(rate, machine.l2_achievable_bytes_per_s / (counts * l2))
