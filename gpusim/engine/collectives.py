@@ -32,7 +32,7 @@ protocol with the smallest predicted time for the message size and topology.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpusim.errors import SimulationError
 
