@@ -96,7 +96,7 @@ def main(quick: bool = False, out_dir: Path = Path("example-output")) -> dict:
 
     # 4. simulate
     timing = simulate_kernel(plan, machine)
-    print(f"\n4. simulated waves (wave start/end, CTAs, limiter):")
+    print("\n4. simulated waves (wave start/end, CTAs, limiter):")
     for w in timing.spans:
         print(f"  {w.start_s * 1e6:8.2f} .. {w.end_s * 1e6:8.2f} us  {w.num_ctas:>3} CTAs x {w.num_waves} wave(s)  {w.limiter}")
     print(f"  kernel time {timing.time_s * 1e6:.1f} us, bound: {timing.bound}, DRAM {timing.dram_bytes / 1e6:.2f} MB")

@@ -7,7 +7,6 @@ TFLOP/s, bandwidths, counts), so each assertion can be checked against a datashe
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest

@@ -5,7 +5,6 @@ import pytest
 from gpusim.accuracy import summarize
 from gpusim.accuracy_cluster import run_communication
 from gpusim.config import load_hardware
-from gpusim.engine.cluster import simulate_system
 from gpusim.measurements import load_communication_cases
 from gpusim.workload import load_workload
 
