@@ -209,15 +209,12 @@ def _unfused_rmsnorm_s(case, machine: Machine) -> float:
 
 
 def _l2_case(case, machine: Machine) -> float:
-    """Seconds per byte read when every SM repeatedly reads a buffer of ``working_set_bytes``:
-    L2-resident buffers stream at L2 bandwidth; a larger buffer read cyclically through an LRU cache
-    misses on every line."""
-    w = case.working_set_bytes
-    hit = 1.0 if w <= machine.l2_capacity_bytes else 0.0
-    l2 = machine.l2_achievable_bytes_per_s
-    dram = machine.dram_achievable_bytes_per_s
-    per_byte = max(1.0 / l2, (1.0 - hit) / dram)
-    return per_byte
+    """Seconds per byte read when every SM repeatedly reads a buffer of ``working_set_bytes``: the
+    hits stream at L2 bandwidth and the misses at DRAM bandwidth, one after the other (each thread's
+    sweep waits on its own loads), with the hit share of a cyclic sweep through the hashed,
+    set-associative L2 (:meth:`Machine.cyclic_l2_hit_fraction`)."""
+    hit = machine.cyclic_l2_hit_fraction(case.working_set_bytes)
+    return hit / machine.l2_achievable_bytes_per_s + (1.0 - hit) / machine.dram_achievable_bytes_per_s
 
 
 def _chase_latency_s(working_set: float, machine: Machine, device, bypass_l1: bool = False) -> float:

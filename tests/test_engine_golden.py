@@ -46,19 +46,23 @@ def test_gemm_waves_and_l2_reuse(tiny):
     kib = 1024
     assert plan.wave_dram_bytes == (3 * 256 * kib + 2 * 32 * kib, 256 * kib + 2 * 32 * kib)
     timing = simulate_kernel(plan, tiny)
-    # each wave: one DRAM latency to fill the pipeline, then its DRAM bytes at 1 GB/s (compute is 32.8 us)
-    expected = 2e-6 + (832 * kib + 320 * kib) / 1e9
+    # each wave: one DRAM latency (1 us) to fill the pipeline, then its DRAM bytes at 1 GB/s (compute is
+    # 32.8 us), then the epilogue drain: each SM stores its 32 KiB C tile at its own 64 B/cycle x 1 GHz
+    # (slower than the wave's 64 KiB at the 1 TB/s L2) and waits one L2 latency (100 ns)
+    drain = 100e-9 + 32 * kib / 64e9
+    expected = 2 * (1e-6 + drain) + (832 * kib + 320 * kib) / 1e9
     assert timing.time_s == pytest.approx(expected, rel=1e-12)
     assert timing.bound == "memory"
 
 
 def test_gemm_compute_bound_when_dram_is_fast(tiny):
     # Same GEMM with 1 TB/s DRAM: each CTA does 2*128*128*1024 FLOP at 1024 FLOP/cycle x 1 GHz alone on
-    # its SM = 32.768 us; two waves plus two 1 us pipeline fills.
+    # its SM = 32.768 us; two waves, each with a 1 us pipeline fill and a 100 ns + 32 KiB / 64 GB/s drain.
     from dataclasses import replace
 
     fast = replace(tiny, dram_bandwidth_bytes_per_s=1e12)
     plan = gemm_plan(fast, "gemm", "matmul", 256, 256, 1024, 1, "fp16", Tile(128, 128, 64, 2, 4), 2.0 * 256**2 * 1024)
     timing = simulate_kernel(plan, fast)
-    assert timing.time_s == pytest.approx(2e-6 + 2 * 2 * 128 * 128 * 1024 / 1024e9, rel=1e-12)
+    assert timing.time_s == pytest.approx(2 * (1e-6 + 100e-9 + 32 * 1024 / 64e9) + 2 * 2 * 128 * 128 * 1024 / 1024e9,
+                                          rel=1e-12)
     assert timing.bound == "compute"

@@ -168,12 +168,22 @@ class GpuL1Spec(Spec):
     shared_latency_s: Seconds
 
 
+DEFAULT_L2_SET_ASSOCIATIVITY = 16
+"""Ways per L2 set when a description does not say: GPU vendors do not publish it; the Accel-Sim
+tested configurations model NVIDIA L2 slices as 16-way (Pascal, Ada) to 24-way (Volta) sets with
+hashed (IPOLY) indexing, and 16 ways reproduce the gpu-benches L2 bandwidth fall-off of A100 and
+H100 PCIe between 0.8x and 1.15x of capacity (measurements/published/kernels.csv)."""
+
+
 class GpuL2Spec(Spec):
     capacity_bytes: Bytes
     num_partitions: count(le=64)
     bandwidth_bytes_per_s: BytesPerS
     near_latency_s: Seconds
     far_latency_s: Seconds
+    set_associativity: count(le=1024) = DEFAULT_L2_SET_ASSOCIATIVITY
+    """Ways per set; with hashed set indexing it decides how soon a working set near the capacity
+    starts to miss (see gpusim.engine.machine.Machine.cyclic_l2_hit_fraction)."""
 
     @model_validator(mode="after")
     def _far_not_nearer(self) -> "GpuL2Spec":

@@ -7,7 +7,8 @@ Per CTA, the model has
   shared with every other active CTA as fluid flows;
 * latency: a CTA can keep only ``bytes_in_flight`` outstanding, so its request rate is at most
   bytes_in_flight / average latency (Little's law); and every wave of a GEMM-like kernel first waits
-  one DRAM latency to fill its pipeline (streaming kernels pay it once).
+  one DRAM latency to fill its pipeline (streaming kernels pay it once) and, after its main loop,
+  drains its output tiles (at L2 bandwidth, plus one L2 latency) before the next wave's CTAs start.
 Software pipelining overlaps a CTA's loads with its math, so a CTA progresses at the slowest of these
 rates; the wave ends when its CTAs end, and the next wave starts (wave quantization and tails emerge).
 """
@@ -89,6 +90,18 @@ def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_c
                       dram_bytes=dram_bytes_per_cta, latency_cap_rate=latency_cap)
 
 
+def wave_drain_s(plan: KernelPlan, machine: Machine, count: int) -> float:
+    """Seconds a GEMM-like wave of ``count`` CTAs spends after its main loop that no overlap hides:
+    its output tiles drain at L2 bandwidth (or the busiest SM's at that SM's own load/store bandwidth,
+    if slower), then one L2 latency. Zero for plans without epilogue stores."""
+    if not plan.prologue_per_wave or plan.epilogue_bytes_per_cta <= 0:
+        return 0.0
+    on_busiest = min(plan.ctas_per_unit, max(1, math.ceil(count / machine.num_units)))
+    drain = max(count * plan.epilogue_bytes_per_cta / machine.l2_achievable_bytes_per_s,
+                on_busiest * plan.epilogue_bytes_per_cta / machine.l1_bytes_per_s_per_unit)
+    return machine.l2_latency_s + drain
+
+
 @dataclass(frozen=True)
 class WaveGroup:
     """Consecutive waves simulated as one flow (identical full waves of a streaming kernel)."""
@@ -98,12 +111,16 @@ class WaveGroup:
     count: int
     dram_bytes_per_cta: float
     prologue_s: float
+    """The waves' pipeline fills (one DRAM latency per GEMM-like wave; a streaming kernel's once)."""
+    drain_s: float = 0.0
+    """The waves' epilogue drains (see wave_drain_s)."""
 
 
 def wave_groups(plan: KernelPlan, machine: Machine) -> list[WaveGroup]:
     """Consecutive identical waves (same CTA count, same DRAM bytes) merged into one group. In the
     fluid model such a run of waves costs the same as its waves one after another: each wave of a
-    GEMM-like kernel still pays its own pipeline fill (``prologue_s`` covers all of them)."""
+    GEMM-like kernel still pays its own pipeline fill and epilogue drain (``prologue_s`` covers all of
+    them)."""
     slots = plan.ctas_per_unit * machine.num_units
     groups: list[WaveGroup] = []
     remaining = plan.grid
@@ -120,7 +137,7 @@ def wave_groups(plan: KernelPlan, machine: Machine) -> list[WaveGroup]:
         else:
             prologue = machine.dram_latency_s if i == 0 else 0.0
         dram_per_cta = sum(waves[i:i + run]) / (count * run)
-        groups.append(WaveGroup(i, run, count, dram_per_cta, prologue))
+        groups.append(WaveGroup(i, run, count, dram_per_cta, prologue, wave_drain_s(plan, machine, count) * run))
         remaining -= count * run
         i += run
     return groups
@@ -149,7 +166,8 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
             rate = np.minimum(rate, machine.l2_achievable_bytes_per_s / (counts * l2))
         seconds = np.where(rate > 0, 1.0 / rate, np.inf)
     prologue = machine.dram_latency_s * (len(waves) if plan.prologue_per_wave else 1)
-    return float(seconds.sum()) + prologue
+    drain = sum(wave_drain_s(plan, machine, int(c)) * int(np.count_nonzero(counts == c)) for c in np.unique(counts))
+    return float(seconds.sum()) + prologue + drain
 
 
 @dataclass(frozen=True)
@@ -205,12 +223,16 @@ def simulate_kernel(plan: KernelPlan, machine: Machine) -> KernelTiming:
                                   demands={"dram": p.dram_bytes, "l2": p.l2_bytes},
                                   max_rate=p.max_rate, label=f"wave{g.first_wave}")
             yield flow.done
+            end = env.now
+            if g.drain_s > 0:
+                prologue_total += g.drain_s
+                yield env.timeout(g.drain_s)
             own = p.own_limiter
             for k, t in flow.limiter_time_s.items():
                 key = own if k == "max_rate" else k
                 limiter_time[key] = limiter_time.get(key, 0.0) + t
             main = max(flow.limiter_time_s, key=lambda k: flow.limiter_time_s[k]) if flow.limiter_time_s else own
-            spans.append(WaveSpan(start, env.now, g.count, g.num_waves, own if main == "max_rate" else main))
+            spans.append(WaveSpan(start, end, g.count, g.num_waves, own if main == "max_rate" else main))
 
     env.process(run())
     env.run()

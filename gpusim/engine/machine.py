@@ -8,9 +8,10 @@ source) are applied here and nowhere else; without a ``calibration:`` block they
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from gpusim.config.hardware import Cpu, Gpu
+from gpusim.config.hardware import DEFAULT_L2_SET_ASSOCIATIVITY, Cpu, Gpu
 from gpusim.errors import SimulationError
 
 
@@ -73,6 +74,7 @@ class Machine:
     max_cluster_size: int = 1
     max_bytes_in_flight_per_unit: float | None = None
     """CPU cores: the miss-queue limit; GPUs: None (their limit comes from each CTA's plan)."""
+    l2_set_associativity: int = DEFAULT_L2_SET_ASSOCIATIVITY
 
     # ---- derived rates (calibrated) ------------------------------------------------------
     def matrix_rate_per_unit(self, dtype: str, fp32_accumulate: bool = True) -> float | None:
@@ -96,6 +98,24 @@ class Machine:
     @property
     def dram_achievable_bytes_per_s(self) -> float:
         return self.dram_bandwidth_bytes_per_s * self.calibration.dram_bandwidth_fraction
+
+    def cyclic_l2_hit_fraction(self, working_set_bytes: float) -> float:
+        """Share of a cyclic sweep over ``working_set_bytes`` that hits in L2. Hashed set indexing
+        spreads the lines over the sets like balls over bins: a set receives Poisson(x * ways) lines,
+        x = working set / capacity. Under LRU a cyclic sweep hits every line of a set that holds them
+        all and misses every line of a set that overflows, so the hit share is the size-biased chance
+        that a line's set gets at most ``ways`` lines: P(Poisson(x * ways) <= ways - 1). It falls
+        smoothly from 1 to 0 around the capacity instead of stepping at it."""
+        if working_set_bytes <= 0:
+            return 1.0
+        ways = self.l2_set_associativity
+        lam = working_set_bytes / self.l2_capacity_bytes * ways
+        term = math.exp(-lam)
+        total = term
+        for i in range(1, ways):
+            term *= lam / i
+            total += term
+        return min(1.0, total)
 
     @property
     def l2_achievable_bytes_per_s(self) -> float:
@@ -170,6 +190,7 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         graph_kernel_launch_s=gpu.launch.graph_kernel_launch_s,
         calibration=_calibration(gpu.calibration),
         max_cluster_size=gpu.sm.max_cluster_size or 1,
+        l2_set_associativity=gpu.l2.set_associativity,
     )
 
 

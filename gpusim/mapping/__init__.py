@@ -186,6 +186,7 @@ def _attention_fused(machine: Machine, op) -> KernelPlan:
         prologue_per_wave=True,
         useful_flop=op.flop(),
         tile=Tile(block, kv_block, d, 2, max(1, threads // 32)),
+        epilogue_bytes_per_cta=(block * d * eb + block * 4.0) if forward else 2 * block * d * eb,  # O, LSE | dK, dV
         executed_flop=executed,
     )
 

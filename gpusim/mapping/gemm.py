@@ -269,6 +269,7 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         prologue_per_wave=True,
         useful_flop=useful_flop,
         tile=tile,
+        epilogue_bytes_per_cta=bm * bn * (ob + extra_c_bytes_per_element) + partials / 2,
     )
 
 

@@ -59,6 +59,9 @@ class KernelPlan:
     useful_flop: float
     """The op's model FLOP (what the workload counts), for FLOP conservation and MFU."""
     tile: Tile | None = None
+    epilogue_bytes_per_cta: float = 0.0
+    """Bytes each CTA stores after its main loop (its output tile, split-K partials). A GEMM-like
+    wave drains them through the SM's share of L2 bandwidth before its SMs take the next wave."""
     executed_flop: float | None = None
     """FLOP the kernel really does without tile padding (causal fused attention skips the masked
     half; its backward recomputes scores); None means ``useful_flop``. Achieved FLOP/s use it."""
