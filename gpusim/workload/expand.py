@@ -76,8 +76,45 @@ def _result_elements(op: Op) -> int:
     return op.output_elements()
 
 
+FP8_CAST_DTYPE = "bf16"
+"""What FP8 GEMM operands are quantized from (Transformer Engine keeps activations and gradients in BF16)."""
+
+
+def _fp8_weight_gemm(f: FwdOp) -> bool:
+    return isinstance(f.op, Matmul) and f.op.dtype == "fp8" and f.weight
+
+
+def _with_fp8_casts(ops: tuple[FwdOp, ...], training: bool) -> tuple[FwdOp, ...]:
+    """Insert the quantization kernels of FP8 linear layers (Transformer Engine ``te.Linear``): before
+    each FP8 GEMM with a weight, its BF16 input is cast to FP8 and, in training, the BF16 working
+    weight too; training casts transpose as well (the backward GEMMs read the transposed copies).
+    Inference reads FP8 weights stored as such. Norm-fused casts (``te.LayerNormLinear``) are not
+    modelled: every cast is its own memory-bound kernel."""
+    if not any(_fp8_weight_gemm(f) for f in ops):
+        return ops
+    function = "fp8_cast_transpose" if training else "fp8_cast"
+    out: list[FwdOp] = []
+    for f in ops:
+        if _fp8_weight_gemm(f):
+            op = f.op
+            out.append(FwdOp(f"{f.name}_fp8_input", Elementwise(num_elements=op.batch * op.m * op.k, function=function,
+                                                                 dtype=FP8_CAST_DTYPE),
+                             input_grad=False, saved_bytes=0.0, recompute_group=f.recompute_group))
+            if training:
+                out.append(FwdOp(f"{f.name}_fp8_weight", Elementwise(num_elements=op.num_b_matrices * op.k * op.n,
+                                                                      function=function, dtype=FP8_CAST_DTYPE),
+                                 input_grad=False, saved_bytes=0.0, recompute_group=f.recompute_group))
+        out.append(f)
+    return tuple(out)
+
+
 def lower_layer(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...]:
-    """Apply the fusion policy to a layer's forward ops (see the module docstring)."""
+    """Apply the fusion policy to a layer's forward ops (see the module docstring), then add the FP8
+    quantization kernels of FP8 linear layers."""
+    return _with_fp8_casts(_fuse(ops, fusion, training), training)
+
+
+def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...]:
     if fusion == "none":
         out: list[FwdOp] = []
         for f in ops:
@@ -174,6 +211,10 @@ def backward_ops(f: FwdOp, grad_accumulation: bool, fusion: str) -> list[tuple[s
     out: list[tuple[str, Op]] = []
     if isinstance(op, Matmul):
         out += _epilogue_backward(op.epilogue, op.batch * op.m * op.n, op.out_dtype)
+        if _fp8_weight_gemm(f):
+            # the output gradient is quantized (and transposed) for the FP8 dgrad and wgrad GEMMs
+            out.append(("fp8_grad", Elementwise(num_elements=op.batch * op.m * op.n, function="fp8_cast_transpose",
+                                                dtype=FP8_CAST_DTYPE)))
         if f.input_grad:
             out.append(("dgrad", replace(op, m=op.m, n=op.k, k=op.n, transpose_b=not op.transpose_b, epilogue=(),
                                          epilogue_aux_outputs=0, accumulate_output=False)))

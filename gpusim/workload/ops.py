@@ -94,6 +94,10 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
        epilogue=True),
     _f("rotary", 1, 1, 3, backward="rotary_backward"),
     _f("cast", 1, 1, 0, backward="cast"),
+    # FP8 quantization (Transformer Engine): scale and track amax (2 FLOP), write 1 byte per element;
+    # the cast-transpose variant also writes the transposed FP8 copy the backward GEMMs read
+    _f("fp8_cast", 1, 0, 2, extra_write_bytes_per_element=1.0),
+    _f("fp8_cast_transpose", 1, 0, 2, extra_write_bytes_per_element=2.0),
     _f("fill", 0, 1, 0),
     _f("cross_entropy_backward", 1, 1, 2),
     _f("relu_backward", 2, 1, 1),

@@ -6,8 +6,8 @@
   and FP32 optimizer states (Micikevicius et al. 2018, "Mixed Precision Training").
 * ``fp8``: FP8 GEMM inputs with BF16 outputs and BF16 everything else, as NVIDIA Transformer Engine
   does; training keeps BF16 working weights plus FP32 master weights; inference stores FP8 weights.
-  Attention runs in BF16 (FlashAttention-2). The FP8 cast kernels are not modelled as separate
-  kernels (Transformer Engine fuses most of them into the neighbouring norm or activation).
+  Attention runs in BF16 (FlashAttention-2). Each FP8 linear layer pays its quantization kernels
+  (input, weight and output-gradient casts, as ``te.Linear``; see gpusim.workload.expand).
 """
 
 from __future__ import annotations
