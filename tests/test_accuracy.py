@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpusim.accuracy import op_group, run_accuracy, summarize
-from gpusim.accuracy_cluster import run_communication
-from gpusim.measurements import load_communication_cases, load_kernel_cases, published_dir
+from gpusim.accuracy_cluster import run_communication, run_training
+from gpusim.measurements import load_communication_cases, load_kernel_cases, load_training_cases, published_dir
 
 RECORDED = json.loads((Path(published_dir()) / "accuracy_recorded.json").read_text())
 TOLERANCE = 0.005  # half a percentage point of MAPE
@@ -55,3 +55,9 @@ def test_collective_mape_meets_its_target_and_does_not_regress():
     mape = summarize(results)[0].mape_fraction
     assert mape <= 0.12
     assert mape <= RECORDED["communication"]["all"] + TOLERANCE
+
+
+def test_training_mape_does_not_regress():
+    results, _ = run_training(load_training_cases())
+    assert len(results) >= 20
+    assert summarize(results)[0].mape_fraction <= RECORDED["training"]["all"] + TOLERANCE

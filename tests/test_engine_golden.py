@@ -66,3 +66,32 @@ def test_gemm_compute_bound_when_dram_is_fast(tiny):
     assert timing.time_s == pytest.approx(2 * (1e-6 + 100e-9 + 32 * 1024 / 64e9) + 2 * 2 * 128 * 128 * 1024 / 1024e9,
                                           rel=1e-12)
     assert timing.bound == "compute"
+
+
+def test_warp_mma_runs_at_the_devices_warp_mma_fraction(tiny):
+    # The compute-bound GEMM above, issued with warp-synchronous MMA on a device where that reaches
+    # half the tensor rate: each CTA's 2*128*128*1024 FLOP now take 65.536 us; fills and drains unchanged.
+    from dataclasses import replace
+
+    fast = replace(tiny, dram_bandwidth_bytes_per_s=1e12, warp_mma_fraction=0.5)
+    plan = gemm_plan(fast, "gemm", "matmul", 256, 256, 1024, 1, "fp16", Tile(128, 128, 64, 2, 4), 2.0 * 256**2 * 1024)
+    overhead = 2 * (1e-6 + 100e-9 + 32 * 1024 / 64e9)
+    assert simulate_kernel(plan, fast).time_s == pytest.approx(overhead + 2 * 2 * 128**2 * 1024 / 1024e9, rel=1e-12)
+    warp = replace(plan, warp_mma=True)
+    assert simulate_kernel(warp, fast).time_s == pytest.approx(overhead + 2 * 2 * 128**2 * 1024 / 512e9, rel=1e-12)
+
+
+def test_sfu_work_follows_or_overlaps_the_math(tiny):
+    # Give each CTA of the compute-bound GEMM 2^16 exponentials: 4 SFUs x 1 GHz = 16.384 us per CTA.
+    # A FlashAttention-2 style kernel runs them after its products (32.768 + 16.384 us per CTA); a
+    # warp-specialized one overlaps them (max = 32.768 us, as without them).
+    from dataclasses import replace
+
+    fast = replace(tiny, dram_bandwidth_bytes_per_s=1e12)
+    plan = gemm_plan(fast, "gemm", "matmul", 256, 256, 1024, 1, "fp16", Tile(128, 128, 64, 2, 4), 2.0 * 256**2 * 1024)
+    overhead = 2 * (1e-6 + 100e-9 + 32 * 1024 / 64e9)
+    math_s = 2 * 128**2 * 1024 / 1024e9
+    serial = replace(plan, sfu_ops_per_cta=2.0**16)
+    assert simulate_kernel(serial, fast).time_s == pytest.approx(overhead + 2 * (math_s + 2**16 / 4e9), rel=1e-12)
+    overlapped = replace(serial, sfu_overlaps_math=True)
+    assert simulate_kernel(overlapped, fast).time_s == pytest.approx(overhead + 2 * math_s, rel=1e-12)

@@ -147,6 +147,11 @@ class TensorCoreSpec(Spec):
     """Rates with FP32 accumulation, only for dtypes where it is slower (GeForce halves FP16)."""
     sparsity_speedup: number(ge=1.0, le=16.0)
     """Throughput factor of 2:4 structured sparsity (1 where unsupported)."""
+    warp_mma_fraction: Fraction = 1.0
+    """Share of the dense rates that warp-synchronous MMA instructions (``mma.sync``) reach. 1 where
+    they are the architecture's native tensor-core instructions; below 1 where the full rate needs
+    warpgroup-level asynchronous MMA (Hopper ``wgmma``), so kernels written for the older instructions
+    (FlashAttention-2) run slower than the library GEMMs."""
 
     @model_validator(mode="after")
     def _accumulate_not_faster(self) -> "TensorCoreSpec":

@@ -2,7 +2,9 @@
 
 Per CTA, the model has
 * compute time: FLOP on its pipe at the SM's rate shared by the CTAs on the busiest SM (and limited
-  by how many warps the CTAs give the SM's schedulers), plus transcendental ops on the SFUs;
+  by how many warps the CTAs give the SM's schedulers; warp-synchronous MMA at the device's
+  ``warp_mma_fraction`` of the matrix rate), plus transcendental ops on the SFUs (overlapped with
+  the math instead for warp-specialized kernels);
 * memory: bytes through L2 (all loads and stores) and the wave's DRAM bytes (L2 misses and writes)
   shared with every other active CTA as fluid flows;
 * latency: a CTA can keep only ``bytes_in_flight`` outstanding, so its request rate is at most
@@ -57,6 +59,8 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
     issue_share = min(1.0, per_busiest_unit * warps / machine.num_schedulers_per_unit)
     if plan.pipe == "matrix":
         unit_rate = machine.matrix_rate_per_unit(plan.dtype) or 0.0
+        if plan.warp_mma:
+            unit_rate *= machine.warp_mma_fraction
     elif plan.pipe == "vector":
         unit_rate = machine.vector_rate_per_unit(plan.dtype) or 0.0
     else:
@@ -65,7 +69,8 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
     compute_s = plan.flop_per_cta / cta_rate if plan.flop_per_cta > 0 else 0.0
     if plan.sfu_ops_per_cta > 0:
         sfu_rate = machine.sfu_ops_per_cycle * machine.unit_clock_hz * issue_share / per_busiest_unit
-        compute_s += plan.sfu_ops_per_cta / sfu_rate
+        sfu_s = plan.sfu_ops_per_cta / sfu_rate
+        compute_s = max(compute_s, sfu_s) if plan.sfu_overlaps_math else compute_s + sfu_s
     in_flight = plan.bytes_in_flight_per_cta
     if machine.max_bytes_in_flight_per_unit is not None:
         in_flight = min(in_flight, machine.max_bytes_in_flight_per_unit / per_busiest_unit)

@@ -75,6 +75,8 @@ class Machine:
     max_bytes_in_flight_per_unit: float | None = None
     """CPU cores: the miss-queue limit; GPUs: None (their limit comes from each CTA's plan)."""
     l2_set_associativity: int = DEFAULT_L2_SET_ASSOCIATIVITY
+    warp_mma_fraction: float = 1.0
+    """Share of the matrix rates that warp-synchronous MMA reaches (see TensorCoreSpec)."""
 
     # ---- derived rates (calibrated) ------------------------------------------------------
     def matrix_rate_per_unit(self, dtype: str, fp32_accumulate: bool = True) -> float | None:
@@ -191,6 +193,7 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         calibration=_calibration(gpu.calibration),
         max_cluster_size=gpu.sm.max_cluster_size or 1,
         l2_set_associativity=gpu.l2.set_associativity,
+        warp_mma_fraction=tc.warp_mma_fraction if tc else 1.0,
     )
 
 

@@ -123,7 +123,11 @@ def _conv2d(machine: Machine, op) -> KernelPlan:
 def _attention_fused(machine: Machine, op) -> KernelPlan:
     """A flash-attention kernel. Forward: each CTA owns ``block`` queries of one head and streams that
     head's K and V; backward: each CTA owns ``block`` keys and streams the head's Q, dO and dQ
-    (FlashAttention-2). Scores never reach DRAM; CTAs of one (KV) head share its data in L2."""
+    (FlashAttention-2). Scores never reach DRAM; CTAs of one (KV) head share its data in L2.
+    ``fused`` kernels issue warp-synchronous MMA and run the softmax between the matrix products (as
+    FlashAttention-2 does); ``fused_async`` kernels use the native asynchronous MMA and overlap the
+    softmax with the products (FlashAttention-3's warp specialization)."""
+    asynchronous = op.kernel == "fused_async"
     dtype = op.dtype
     eb = DTYPE_BYTES[dtype]
     d = op.head_dim
@@ -168,7 +172,7 @@ def _attention_fused(machine: Machine, op) -> KernelPlan:
         units_touched = (end - 1) // (blocks_per_head * group) - start // (blocks_per_head * group) + 1
         waves.append(units_touched * shared_per_unit + (end - start) * own_per_cta)
     return KernelPlan(
-        name=f"attention_{op.variant}[flash_{block}]",
+        name=f"attention_{op.variant}[{'flash_async' if asynchronous else 'flash'}_{block}]",
         op_kind="attention",
         pipe="matrix" if uses_matrix_pipe(machine, dtype) else "vector",
         dtype=dtype,
@@ -188,6 +192,8 @@ def _attention_fused(machine: Machine, op) -> KernelPlan:
         tile=Tile(block, kv_block, d, 2, max(1, threads // 32)),
         epilogue_bytes_per_cta=(block * d * eb + block * 4.0) if forward else 2 * block * d * eb,  # O, LSE | dK, dV
         executed_flop=executed,
+        warp_mma=not asynchronous,
+        sfu_overlaps_math=asynchronous,
     )
 
 
@@ -237,7 +243,7 @@ def map_op(op, machine: Machine) -> tuple[KernelPlan, ...]:
     if op.kind == "conv2d":
         return (_conv2d(machine, op),)
     if op.kind == "attention":
-        if op.kernel == "fused":
+        if op.kernel != "unfused":
             return (_attention_fused(machine, op),)
         return tuple(plan for sub in op.decompose() for plan in map_op(sub, machine))
     return (_streaming(machine, op),)

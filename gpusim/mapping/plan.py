@@ -65,6 +65,12 @@ class KernelPlan:
     executed_flop: float | None = None
     """FLOP the kernel really does without tile padding (causal fused attention skips the masked
     half; its backward recomputes scores); None means ``useful_flop``. Achieved FLOP/s use it."""
+    warp_mma: bool = False
+    """The kernel issues warp-synchronous MMA (``mma.sync``), which reaches only the device's
+    ``warp_mma_fraction`` of the matrix rate (library GEMMs use the native instructions)."""
+    sfu_overlaps_math: bool = False
+    """The SFU work (softmax exponentials) overlaps the matrix products (warp-specialized kernels
+    with asynchronous MMA, FlashAttention-3) instead of following them."""
 
     @property
     def work_flop(self) -> float:

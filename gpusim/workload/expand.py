@@ -118,7 +118,7 @@ def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...
     if fusion == "none":
         out: list[FwdOp] = []
         for f in ops:
-            if isinstance(f.op, Attention) and f.op.kernel == "fused" and f.op.variant == "forward":
+            if isinstance(f.op, Attention) and f.op.kernel != "unfused" and f.op.variant == "forward":
                 out.extend(_lower_attention(f, training))
             else:
                 out.append(f)

@@ -404,6 +404,13 @@ SOFTMAX_BACKWARD_FLOP_PER_ELEMENT = 4.0
 """dx = y * (dy - sum(dy * y)): multiply, sum, subtract, multiply."""
 
 
+ATTENTION_KERNELS = ("fused", "fused_async", "unfused")
+"""``fused``: one FlashAttention-2 style kernel (warp-synchronous MMA, softmax between the matrix
+products); ``fused_async``: one warp-specialized kernel with asynchronous MMA whose softmax overlaps
+the matrix products (FlashAttention-3, cuDNN's Hopper attention); ``unfused``: separate GEMM,
+softmax and GEMM kernels with the score matrix in DRAM."""
+
+
 @dataclass(frozen=True)
 class Attention(Op):
     """Scaled dot-product attention ``softmax(Q K^T / sqrt(d)) V`` with grouped-query heads.
@@ -438,8 +445,8 @@ class Attention(Op):
         _check_dtype(self, ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8"))
         if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
             raise ValueError("attention: kv_heads must divide heads")
-        if self.kernel not in ("fused", "unfused"):
-            raise ValueError(f"attention: kernel must be fused or unfused (got {self.kernel!r})")
+        if self.kernel not in ATTENTION_KERNELS:
+            raise ValueError(f"attention: kernel must be one of {', '.join(ATTENTION_KERNELS)} (got {self.kernel!r})")
         if self.variant not in ("forward", "backward"):
             raise ValueError(f"attention: unknown variant {self.variant!r}")
         if self.causal and self.seq_len_q > self.seq_len_kv:

@@ -63,6 +63,10 @@ class TransformerConfig(Spec):
     """``lm``: next-token logits; ``mlm``: BERT's masked-LM transform + NSP + pooler."""
     num_experts: Optional[count(le=100_000)] = None
     top_k: Optional[count(le=100_000)] = None
+    attention_kernel: Literal["fused", "fused_async"] = "fused"
+    """With fusion default: ``fused`` is FlashAttention-2 (PyTorch SDPA's flash backend, the
+    flash-attn 2 package); ``fused_async`` a warp-specialized Hopper kernel (FlashAttention-3, cuDNN
+    fused attention as Transformer Engine uses it). Fusion none always runs attention unfused."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "TransformerConfig":
@@ -116,6 +120,7 @@ class Resolved:
     head: str
     num_experts: int
     top_k: int
+    attention_kernel: str = "fused"
 
     @property
     def gated(self) -> bool:
@@ -141,6 +146,7 @@ def resolve(family: str, cfg: TransformerConfig) -> Resolved:
         bias=d["bias"], tied_embeddings=d["tied_embeddings"], dropout=d["dropout"], causal=d["causal"],
         type_vocab_size=d["type_vocab_size"], head=d["head"], num_experts=d.get("num_experts") or 1,
         top_k=d.get("top_k") or 1 if d.get("num_experts") else 1,
+        attention_kernel=cfg.attention_kernel,
     )
 
 
@@ -194,7 +200,7 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
         o.add("kv_append", Copy(num_bytes=2 * T * KV * hd * dtype_bytes(p.activation_dtype),
                                 dtype=p.activation_dtype))
     att = Attention(batch=batch, heads=H, kv_heads=KV, seq_len_q=seq_q, seq_len_kv=seq_kv, head_dim=hd,
-                    causal=r.causal, dtype=p.attention_dtype, kernel="fused")
+                    causal=r.causal, dtype=p.attention_dtype, kernel=r.attention_kernel)
     o.add("attention", att, recompute_group="core_attention", kept_bytes=attention_kept_bytes(att),
           attention_dropout=r.dropout > 0)
     o.linear("proj", h, H * hd, bias=r.bias)
