@@ -94,3 +94,23 @@ def test_large_gemm_is_compute_bound_on_h100(dtype):
     plan, timing = gemm_time(MACHINE, 8192, 8192, 8192, dtype)
     assert timing.bound == "compute"
     assert plan.pipe == "matrix"
+
+
+@pytest.mark.parametrize("gpu", ["h100_sxm5_80gb", "a100_sxm4_80gb", "mi300x", "rtx_4090"])
+@pytest.mark.parametrize("shape", [(512, 512, 512), (1024, 4096, 1024), (4096, 4096, 4096), (128, 12288, 4096)])
+def test_tile_search_bound_never_exceeds_the_tiles_time(gpu, shape):
+    # The branch-and-bound tile search stops at the first tile whose bound is above the best time
+    # found; that is only the fastest tile if no bound overestimates its tile's time.
+    from gpusim.config import load_hardware
+    from gpusim.engine.kernel import estimate_kernel_s
+    from gpusim.engine.machine import machine_of
+    from gpusim.mapping.gemm import gemm_lower_bound_s, gemm_plan, tile_candidates
+
+    machine = machine_of(load_hardware(gpu))
+    m, n, k = shape
+    for tile in tile_candidates(machine, "bf16", m, n, k, 1):
+        plan = gemm_plan(machine, "g", "matmul", m, n, k, 1, "bf16", tile, 2.0 * m * n * k)
+        if plan is None:
+            continue
+        bound = gemm_lower_bound_s(machine, m, n, k, 1, "bf16", tile, 0.0)
+        assert bound <= estimate_kernel_s(plan, machine) * (1 + 1e-12), tile

@@ -202,8 +202,8 @@ def _resources(machine: Machine, dtype: str, tile: Tile) -> tuple[int, int, int,
 
 def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dtype: str, tile: Tile,
                        min_dram_bytes: float, math_speedup: float = 1.0) -> float:
-    """A cheap bound no simulation of this tile can beat: every wave's pipeline fill plus its CTAs'
-    math at the SM's rate, or the operands' DRAM bytes at full bandwidth. It orders the candidates
+    """A cheap bound no simulation of this tile can beat: every wave's pipeline fill, its CTAs' math
+    at the SM's rate and its epilogue drain, or the operands' DRAM bytes at full bandwidth. It orders the candidates
     and stops the search once no remaining tile can win."""
     resources = _resources(machine, dtype, tile)
     rate = machine.matrix_rate_per_unit(dtype) if uses_matrix_pipe(machine, dtype) else machine.vector_rate_per_unit(dtype)
@@ -216,10 +216,14 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
     grid = batch * tile.split_k * math.ceil(m / tile.block_m) * math.ceil(n / tile.block_n)
     slots = per_unit * machine.num_units
 
+    c_tile_bytes = tile.block_m * tile.block_n * output_bytes_per_element(dtype)
+
     def wave_s(count: int) -> float:
         on_busiest = min(per_unit, math.ceil(count / machine.num_units))
         share = min(1.0, on_busiest * warps / machine.num_schedulers_per_unit)
-        return machine.dram_latency_s + cta_flop * on_busiest / (rate * share)
+        # the wave's epilogue drain is at least one L2 latency plus the busiest SM storing its C tiles
+        drain = machine.l2_latency_s + on_busiest * c_tile_bytes / machine.l1_bytes_per_s_per_unit
+        return machine.dram_latency_s + cta_flop * on_busiest / (rate * share) + drain
 
     total = (grid // slots) * wave_s(slots) + (wave_s(grid % slots) if grid % slots else 0.0)
     operand_l2_bytes = grid * (tile.block_m + tile.block_n / tile.cluster) * k_iters * tile.block_k * DTYPE_BYTES[dtype]
