@@ -68,23 +68,23 @@ def _gemm_kernel(bm: int, bn: int, bk: int, stages: int, threads: int, tm: int, 
     tout = _types(out_dtype)
 
     @cuda.jit(device=True)
+    def copy_tile(src, dst, slot, bat, r0, c0, rows, cols, r_end, c_end, tid):
+        """Copy the rows x cols tile of ``src[bat]`` at (r0, c0) into ``dst[slot]``, the CTA's threads
+        striding over it, zero-filling past row r_end and column c_end."""
+        for e in range(tid, rows * cols, threads):
+            r = e // cols
+            q = e % cols
+            if r0 + r < r_end and c0 + q < c_end:
+                dst[slot, r, q] = src[bat, r0 + r, c0 + q]
+            else:
+                dst[slot, r, q] = 0.0
+
+    @cuda.jit(device=True)
     def load_stage(a, b, sa, sb, slot, bat, m0, n0, kb, k_end, m, n, tid):
         """Copy the A (bm x bk) and B (bk x bn) tiles starting at k = kb into pipeline slot ``slot``,
         zero-filling past the matrix edges."""
-        for e in range(tid, bm * bk, threads):
-            r = e // bk
-            q = e % bk
-            if m0 + r < m and kb + q < k_end:
-                sa[slot, r, q] = a[bat, m0 + r, kb + q]
-            else:
-                sa[slot, r, q] = 0.0
-        for e in range(tid, bk * bn, threads):
-            r = e // bn
-            q = e % bn
-            if kb + r < k_end and n0 + q < n:
-                sb[slot, r, q] = b[bat, kb + r, n0 + q]
-            else:
-                sb[slot, r, q] = 0.0
+        copy_tile(a, sa, slot, bat, m0, kb, bm, bk, m, k_end, tid)
+        copy_tile(b, sb, slot, bat, kb, n0, bk, bn, k_end, n, tid)
 
     @cuda.jit
     def gemm(a, b, c, work, m, n, k, mt, nt, k_per_split):
