@@ -21,7 +21,7 @@ from gpusim.engine.kernel import simulate_kernel
 from gpusim.engine.machine import Calibration, Machine, machine_of
 from gpusim.engine.simulate import transfer_time_s
 from gpusim.mapping import best_gemm
-from gpusim.mapping.streaming import elementwise_launch, row_launch, streaming_plan
+from gpusim.mapping.streaming import elementwise_launch, row_launch, scalar_row_launch, streaming_plan
 
 STREAM_ARRAY_BYTES = 2**30
 """Array size for stream cases that do not state one (large enough that L2 plays no role)."""
@@ -106,8 +106,6 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
         return t, roof
     if op in ("elementwise", "stream", "softmax", "layernorm", "rmsnorm"):
         roofline_s = _moved_bytes(case) / device.dram.bandwidth_bytes_per_s
-        if op == "elementwise" and case.variant == "silu_mul":
-            return _silu_mul_eager_s(case, machine), roofline_s
         if op == "rmsnorm" and case.variant == "hf_eager":
             return _unfused_rmsnorm_s(case, machine), roofline_s
         return _timed_kernel_s(machine, _memory_plan(case, machine), case.timing_method), roofline_s
@@ -152,6 +150,8 @@ def _memory_plan(case, machine: Machine):
                           for i in range(math.ceil(ctas / slots)))
             plan = replace(plan, ctas_per_unit=slots_wanted, wave_dram_bytes=waves, occupancy_limiter="occupancy_spoiler")
         return plan
+    if case.variant in SCALAR_ROWWISE_VARIANTS:
+        return _scalar_rowwise_plan(case, machine)
     if case.op == "elementwise":
         n = case.num_elements
         inputs = _elementwise_inputs(case.variant)
@@ -176,19 +176,30 @@ UNFUSED_RMSNORM_BYTES_PER_ELEMENT = (  # (read, written) per element of each eag
 )
 
 
-def _silu_mul_eager_s(case, machine: Machine) -> float:
-    """``F.silu(gate) * up`` in eager PyTorch: a SiLU kernel (1 read, 1 write, an exp per element)
-    then a multiply kernel (2 reads, 1 write), with the device gap between them."""
-    eb = DTYPE_BYTES[case.dtype]
-    n = case.num_elements
-    total = 0.0
-    for inputs, sfu in ((1, float(n)), (2, 0.0)):
-        ctas, threads, in_flight = elementwise_launch(machine, n, case.dtype, inputs)
-        plan = streaming_plan(machine, "silu" if sfu else "mul", "elementwise", case.dtype, bytes_read=inputs * n * eb,
-                              bytes_written=n * eb, flop=4.0 * n, sfu_ops=sfu, num_ctas=ctas, threads_per_cta=threads,
+SCALAR_ROWWISE_VARIANTS = ("scalar_rowwise", "silu_mul_scalar_rowwise")
+"""Variants run by one-CTA-per-row kernels with scalar loads (:func:`scalar_row_launch`): a norm
+(rmsnorm, layernorm) or the fused SwiGLU activation ``silu(x[:, :d]) * x[:, d:]``."""
+
+
+def _scalar_rowwise_plan(case, machine: Machine):
+    """A row kernel with scalar loads over ``rows x cols`` (tokens x hidden). A norm reads its row
+    from DRAM, reduces it, then re-reads the row (on chip) with the weight vector and writes the
+    output: one DRAM read and write per element, two more on-chip reads. The fused SwiGLU reads two
+    inputs per output element (``cols`` is the output width d) and takes one exponential each."""
+    if not case.rows or not case.cols:
+        raise ValueError(f"case {case.case_id}: variant {case.variant} needs rows and cols")
+    dtype = case.dtype or "fp32"
+    eb = DTYPE_BYTES[dtype]
+    n = case.rows * case.cols
+    if case.variant == "silu_mul_scalar_rowwise":
+        ctas, threads, in_flight = scalar_row_launch(case.rows, case.cols, dtype, loads_per_element=2)
+        return streaming_plan(machine, "silu_and_mul", case.op, dtype, bytes_read=2.0 * n * eb, bytes_written=n * eb,
+                              flop=4.0 * n, sfu_ops=float(n), num_ctas=ctas, threads_per_cta=threads,
                               bytes_in_flight_per_thread=in_flight)
-        total += _timed_kernel_s(machine, plan, case.timing_method)
-    return total
+    ctas, threads, in_flight = scalar_row_launch(case.rows, case.cols, dtype, loads_per_element=1)
+    return streaming_plan(machine, case.op, case.op, dtype, bytes_read=n * eb, bytes_written=n * eb, flop=4.0 * n,
+                          sfu_ops=0.0, num_ctas=ctas, threads_per_cta=threads, bytes_in_flight_per_thread=in_flight,
+                          l2_reread_fraction=2.0)
 
 
 def _unfused_rmsnorm_s(case, machine: Machine) -> float:
@@ -251,7 +262,7 @@ def _to_metric(case, seconds: float) -> float:
 
 def _elementwise_inputs(variant: str | None) -> int:
     """Input tensors of the published elementwise kernels (one output each)."""
-    return 2 if variant in ("add", "mul", "silu_mul") else 1
+    return 2 if variant in ("add", "mul", "silu_mul", "silu_mul_scalar_rowwise") else 1
 
 
 def _moved_bytes(case) -> float:

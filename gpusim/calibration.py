@@ -9,11 +9,15 @@ clock and issue efficiency, achievable DRAM bandwidth), not any single point:
 * ``dram_bandwidth_fraction``: stream benchmarks at full occupancy and large elementwise kernels (not
   normalizations, whose library implementations differ in passes and occupancy);
 * ``l2_bandwidth_fraction``: L2-bandwidth benchmarks whose footprint is under half the L2;
-* ``host_link_fraction``: host<->device copies of at least 100 MB.
+* ``host_link_fraction``: host<->device copies of at least 100 MB;
+* ``dram_loaded_latency_slope``: stream benchmarks at partial occupancy, which Little's law limits:
+  the slope (on a 0.05 grid) whose loaded DRAM latency gives the least mean absolute log error,
+  with the fitted DRAM fraction applied. Fitted only from at least three such cases.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass, replace
 
@@ -77,7 +81,26 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
     for name, rows in sorted(groups.items()):
         value = min(1.0, statistics.median(r for _, r in rows))
         out.append(FittedFactor(name, round(value, 3), len(rows), tuple(c for c, _ in rows)))
+    partial = [c for c in cases if c.gpu == gpu and not c.excluded and c.op == "stream"
+               and (c.occupancy_fraction or 1.0) < 1.0]
+    if len(partial) >= MIN_LOADED_LATENCY_CASES:
+        fitted = replace(machine.calibration, **{f.name: f.value for f in out if f.name == "dram_bandwidth_fraction"})
+        slope = fit_loaded_latency_slope(replace(machine, calibration=fitted), device, partial)
+        out.append(FittedFactor("dram_loaded_latency_slope", slope, len(partial), tuple(c.case_id for c in partial)))
     return out
+
+
+MIN_LOADED_LATENCY_CASES = 3
+LOADED_LATENCY_SLOPES = tuple(i * 0.05 for i in range(61))
+
+
+def fit_loaded_latency_slope(machine, device, cases) -> float:
+    """The slope of DRAM latency against DRAM utilization (0 to 3 in steps of 0.05) that best fits
+    latency-limited cases: least mean |log(simulated / measured rate)|."""
+    def error(slope: float) -> float:
+        m = replace(machine, calibration=replace(machine.calibration, dram_loaded_latency_slope=slope))
+        return statistics.fmean(abs(math.log(_rate_ratio(c, m, device))) for c in cases)
+    return round(min(LOADED_LATENCY_SLOPES, key=error), 2)
 
 
 def overlay_yaml(base: str, factors: list[FittedFactor], measurements: str) -> str:

@@ -95,3 +95,37 @@ def test_sfu_work_follows_or_overlaps_the_math(tiny):
     assert simulate_kernel(serial, fast).time_s == pytest.approx(overhead + 2 * (math_s + 2**16 / 4e9), rel=1e-12)
     overlapped = replace(serial, sfu_overlaps_math=True)
     assert simulate_kernel(overlapped, fast).time_s == pytest.approx(overhead + 2 * math_s, rel=1e-12)
+
+
+def _with_loaded_latency(machine, slope):
+    from dataclasses import replace
+    return replace(machine, calibration=replace(machine.calibration, dram_loaded_latency_slope=slope))
+
+
+@pytest.mark.parametrize("slope", [0.0, 1.0, 2.5])
+def test_little_law_with_loaded_dram_latency(tiny, slope):
+    # 2 CTAs (one per SM) of 32 threads with 4 bytes in flight each: N = 256 B outstanding. Latency
+    # L(R) = 1 us x (1 + slope x R / 1 GB/s), so R = N / L(R): slope x 1e-15 R^2 + 1e-6 R - 256 = 0
+    # (R = 256 MB/s at slope 0). Each CTA reads 64 KiB; the kernel pays one idle DRAM latency first.
+    plan = streaming_plan(tiny, "chase", "elementwise", "fp32", bytes_read=2 * 65536.0, bytes_written=0.0,
+                          flop=0.0, sfu_ops=0.0, num_ctas=2, threads_per_cta=32, bytes_in_flight_per_thread=4.0)
+    machine = _with_loaded_latency(tiny, slope)
+    a, b, c = slope * 1e-15, 1e-6, -256.0
+    rate = -c / b if a == 0 else (-b + (b * b - 4 * a * c) ** 0.5) / (2 * a)
+    expected = 1e-6 + 2 * 65536 / rate
+    timing = simulate_kernel(plan, machine)
+    assert timing.time_s == pytest.approx(expected, rel=1e-9)
+    assert timing.bound == "latency"
+    assert estimate_kernel_s(plan, machine) == pytest.approx(expected, rel=1e-9)
+
+
+def test_loaded_latency_saturates_at_full_bandwidth(tiny):
+    # With far more bytes in flight than DRAM needs, the latency stops growing at utilization 1 and
+    # the kernel runs at DRAM bandwidth: 2^20 fp32 adds as in the first test, whatever the slope.
+    n = 2**20
+    ctas, threads, in_flight = elementwise_launch(tiny, n, "fp32", 2)
+    plan = streaming_plan(tiny, "add", "elementwise", "fp32", bytes_read=8.0 * n, bytes_written=4.0 * n,
+                          flop=float(n), sfu_ops=0.0, num_ctas=ctas, threads_per_cta=threads,
+                          bytes_in_flight_per_thread=in_flight)
+    timing = simulate_kernel(plan, _with_loaded_latency(tiny, 3.0))
+    assert timing.time_s == pytest.approx(1e-6 + 12 * 2**20 / 1e9, rel=1e-12)

@@ -295,6 +295,9 @@ class CalibrationSpec(Spec):
     peer_link_fraction: Optional[Fraction] = None
     in_switch_reduction_fraction: Optional[Fraction] = None
     """Share of the (peer-calibrated) NVLink port rate an in-switch-reduction (NVLS) all-reduce reaches."""
+    dram_loaded_latency_slope: Optional[number(ge=0.0, le=10.0)] = None
+    """DRAM latency under load = idle latency x (1 + slope x DRAM utilization), as bandwidth-sweep
+    measurements at partial occupancy show (queueing in the memory controllers); unset = 0."""
     dynamic_energy_factor: Optional[number(gt=0.0, le=10.0)] = None
     """Multiplier on every per-FLOP and per-byte energy of ``power.energy`` (the estimates), fitted so a
     large dense GEMM draws the board's TDP, as power-limited GPUs do under sustained tensor load."""

@@ -77,20 +77,34 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
     return compute_s, in_flight
 
 
-def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine):
+def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, count=1):
     """Little's law: a CTA with ``in_flight`` outstanding bytes completes at most in_flight / latency
     bytes per second, the latency weighted by its L2 hit rate; as progress per second (1 = one CTA's
-    work). Works on scalars and on numpy arrays of waves."""
+    work). Works on scalars and on numpy arrays of waves.
+
+    DRAM latency grows with the load on DRAM: L = L0 (1 + s rho), rho the DRAM utilization (the
+    wave's DRAM bytes per second over the achievable bandwidth) and s the calibrated
+    ``dram_loaded_latency_slope`` (0: the idle latency at any load). When Little's law binds, the
+    wave's ``count`` CTAs move R = N m / L(R) DRAM bytes per second (N bytes in flight in all, m the
+    DRAM share of their traffic), a quadratic in R solved in closed form; a wave that saturates DRAM
+    sees its latency at rho = 1."""
     with np.errstate(divide="ignore", invalid="ignore"):
         hit = np.clip(1.0 - dram_bytes / l2_bytes, 0.0, 1.0) if l2_bytes > 0 else np.zeros_like(dram_bytes)
         latency = hit * machine.l2_latency_s + (1.0 - hit) * machine.dram_latency_s
         traffic = np.maximum(l2_bytes, dram_bytes)
+        slope = machine.calibration.dram_loaded_latency_slope
+        if slope > 0:
+            bandwidth = machine.dram_achievable_bytes_per_s
+            d = (1.0 - hit) * machine.dram_latency_s * slope / bandwidth  # seconds of latency per byte/s
+            dram_in_flight = count * in_flight * np.where(traffic > 0, dram_bytes / traffic, 0.0)
+            root = np.where(d > 0, (np.sqrt(latency ** 2 + 4.0 * d * dram_in_flight) - latency) / (2.0 * d), 0.0)
+            latency = latency + d * np.minimum(root, bandwidth)
         return np.where((traffic > 0) & (in_flight > 0), in_flight / latency / traffic, np.inf)
 
 
 def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_cta: float) -> CtaProfile:
     compute_s, in_flight = _cta_compute_and_in_flight(plan, machine, count)
-    latency_cap = float(_latency_cap_rate(in_flight, plan.l2_bytes_per_cta, dram_bytes_per_cta, machine))
+    latency_cap = float(_latency_cap_rate(in_flight, plan.l2_bytes_per_cta, dram_bytes_per_cta, machine, count))
     return CtaProfile(count=count, compute_s=compute_s, l2_bytes=plan.l2_bytes_per_cta,
                       dram_bytes=dram_bytes_per_cta, latency_cap_rate=latency_cap)
 
@@ -165,7 +179,7 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
     l2 = plan.l2_bytes_per_cta
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(compute > 0, 1.0 / compute, np.inf)
-        rate = np.minimum(rate, _latency_cap_rate(in_flight, l2, dram, machine))
+        rate = np.minimum(rate, _latency_cap_rate(in_flight, l2, dram, machine, counts))
         rate = np.minimum(rate, np.where(dram > 0, machine.dram_achievable_bytes_per_s / (counts * dram), np.inf))
         if l2 > 0:
             rate = np.minimum(rate, machine.l2_achievable_bytes_per_s / (counts * l2))

@@ -27,6 +27,8 @@ class Calibration:
     peer_link_fraction: float = 1.0
     in_switch_reduction_fraction: float = 1.0
     dynamic_energy_factor: float = 1.0
+    dram_loaded_latency_slope: float = 0.0
+    """DRAM latency under load = idle latency x (1 + slope x utilization); 0 = the idle latency."""
     source: str = "uncalibrated (datasheet values)"
 
 

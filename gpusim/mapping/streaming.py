@@ -84,3 +84,18 @@ def row_launch(machine: Machine, rows: int, cols: int, dtype: str) -> tuple[int,
         ctas = math.ceil(rows / rows_per_cta)
         per_thread_vectors = math.ceil(threads_needed / 32)
     return ctas, threads, VECTOR_LOAD_BYTES * min(per_thread_vectors, 4)
+
+
+SCALAR_ROW_MAX_THREADS = 1024
+"""Block size cap of the first-generation vLLM row kernels: ``dim3 block(std::min(hidden, 1024))``."""
+
+
+def scalar_row_launch(rows: int, cols: int, dtype: str, loads_per_element: int) -> tuple[int, int, float]:
+    """(CTAs, threads per CTA, bytes in flight per thread) of a row kernel with scalar loads: one CTA
+    per row (token) of min(cols, 1024) threads, each thread striding through the row one element at
+    a time, so it has only its current element's ``loads_per_element`` loads outstanding. This is the
+    shape of the first-generation vLLM ``rms_norm`` and ``silu_and_mul`` CUDA kernels that
+    sarathi-serve (and so Vidur's profiles) run (microsoft/sarathi-serve csrc/layernorm_kernels.cu
+    and csrc/activation_kernels.cu): Little's law then caps their bandwidth far below DRAM's."""
+    eb = DTYPE_BYTES[dtype]
+    return max(1, int(rows)), min(int(cols), SCALAR_ROW_MAX_THREADS), float(loads_per_element * eb)

@@ -1,0 +1,69 @@
+"""Scalar one-CTA-per-row kernels (the first-generation vLLM norm and SwiGLU kernels) and the
+loaded-DRAM-latency calibration fit."""
+
+from dataclasses import replace
+
+import pytest
+
+from gpusim.accuracy import _memory_plan, _to_metric, simulate_case
+from gpusim.calibration import fit_loaded_latency_slope
+from gpusim.config import load_hardware
+from gpusim.engine.kernel import simulate_kernel
+from gpusim.engine.machine import machine_of
+from gpusim.mapping.streaming import scalar_row_launch
+from gpusim.measurements import load_kernel_cases
+
+
+def test_scalar_row_launch_shapes():
+    # block = min(hidden, 1024), one CTA per token, one element's loads in flight per thread
+    assert scalar_row_launch(4096, 4096, "fp16", 1) == (4096, 1024, 2.0)
+    assert scalar_row_launch(1, 512, "fp32", 2) == (1, 512, 8.0)
+    assert scalar_row_launch(7, 11008, "bf16", 2) == (7, 1024, 4.0)
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return {c.case_id: c for c in load_kernel_cases()}
+
+
+@pytest.mark.parametrize("tokens", [1, 128, 1024, 4096])
+def test_scalar_rowwise_norm_is_never_faster_than_the_vectorized_kernel(cases, tokens):
+    # Same bytes, same CTAs, but 2 bytes in flight per thread instead of 16-byte vectors: Little's
+    # law can only make it slower.
+    desc = load_hardware("a100_sxm4_80gb")
+    machine = machine_of(desc)
+    scalar = cases[f"a100_vidur_llama2_7b_rmsnorm_{tokens}tok"]
+    assert scalar.variant == "scalar_rowwise"
+    vectorized = replace(scalar, variant=None)
+    t_scalar = simulate_kernel(_memory_plan(scalar, machine), machine).time_s
+    t_vector = simulate_kernel(_memory_plan(vectorized, machine), machine).time_s
+    assert t_scalar >= t_vector
+    if tokens == 1:
+        # one CTA: 4 elements per thread, each a dependent round trip of at least an L2 latency
+        assert t_scalar >= 4 * machine.l2_latency_s
+
+
+def test_silu_mul_rowwise_needs_its_row_shape(cases):
+    desc = load_hardware("a100_sxm4_80gb")
+    machine = machine_of(desc)
+    case = replace(cases["a100_vidur_llama2_7b_silu_mul_1024tok"], rows=None)
+    with pytest.raises(ValueError, match="needs rows and cols"):
+        simulate_case(case, machine, desc.gpu)
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.8, 1.6])
+def test_loaded_latency_fit_recovers_a_known_slope(cases, slope):
+    # Measurements synthesized by the simulator itself at a known slope are fitted back exactly.
+    desc = load_hardware("h100_pcie_80gb")
+    machine = machine_of(desc)
+    truth = replace(machine, calibration=replace(machine.calibration, dram_loaded_latency_slope=slope))
+    partial = [c for c in cases.values() if c.gpu == "h100_pcie_80gb" and c.op == "stream"
+               and (c.occupancy_fraction or 1.0) < 1.0]
+    assert len(partial) >= 3
+    synthetic = [replace(c, measured_bytes_per_s=_rate_of(c, truth, desc.gpu)) for c in partial]
+    assert fit_loaded_latency_slope(machine, desc.gpu, synthetic) == pytest.approx(slope)
+
+
+def _rate_of(case, machine, device):
+    seconds, _ = simulate_case(case, machine, device)
+    return _to_metric(case, seconds)
