@@ -111,7 +111,9 @@ def overlay_yaml(base: str, factors: list[FittedFactor], measurements: str) -> s
         "gpu:",
         "  calibration:",
     ]
-    summary = "; ".join(f"{f.name.removesuffix('_fraction')} = median of {f.num_cases} cases" for f in factors)
+    summary = "; ".join(f"{f.name.removesuffix('_fraction')} = "
+                        f"{'median' if f.name.endswith('_fraction') else 'least-error fit'} of {f.num_cases} cases"
+                        for f in factors)
     lines.append(f"    source: \"fitted by gpusim calibrate on {measurements}: {summary}\"")
     for f in factors:
         lines.append(f"    {f.name}: {f.value}")
