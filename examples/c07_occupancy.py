@@ -5,7 +5,7 @@ the number of resident threads per SM swept from one warp to the full 2,048, the
 so by Little's law an SM sustains at most (resident threads x 8 B) / DRAM latency; the achieved bandwidth
 rises with occupancy until all SMs together have enough bytes in flight to cover bandwidth x latency.
 The latency itself grows with the load on DRAM (queueing in the memory controllers): this card's
-calibration fits L = L0 (1 + 0.55 x utilization) to the published sweep, so the curve bends before it
+calibration fits L = L0 (1 + s x utilization) to the published sweep, so the curve bends before it
 reaches the DRAM rate.
 The simulated curve is printed beside the published gpu-benches occupancy sweep for the same card."""
 
@@ -70,7 +70,7 @@ def main(quick: bool = False, out_dir: Path = Path("example-output")) -> dict:
         in_flight = threads * 8.0 * machine.num_units
         achieved = 16.0 * n / t.time_s
         # the loads' latency at the utilization this kernel reaches (writes are half the traffic)
-        loaded_latency = machine.dram_latency_s * (1.0 + slope * min(1.0, achieved / peak))
+        loaded_latency = machine.loaded_dram_latency_s(min(1.0, achieved / peak))
         rows.append({"resident_threads_per_sm": threads, "occupancy_fraction": occ, "time_s": t.time_s,
                      "achieved_bytes_per_s": achieved, "bytes_in_flight": in_flight,
                      "littles_law_bytes_per_s": in_flight / machine.dram_latency_s,

@@ -1,5 +1,6 @@
 """Golden tests: kernel times on a 2-SM GPU with 1 GB/s DRAM, derived by hand."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,6 @@ def test_gemm_waves_and_l2_reuse(tiny):
 def test_gemm_compute_bound_when_dram_is_fast(tiny):
     # Same GEMM with 1 TB/s DRAM: each CTA does 2*128*128*1024 FLOP at 1024 FLOP/cycle x 1 GHz alone on
     # its SM = 32.768 us; two waves, each with a 1 us pipeline fill and a 100 ns + 32 KiB / 64 GB/s drain.
-    from dataclasses import replace
 
     fast = replace(tiny, dram_bandwidth_bytes_per_s=1e12)
     plan = gemm_plan(fast, "gemm", "matmul", 256, 256, 1024, 1, "fp16", Tile(128, 128, 64, 2, 4), 2.0 * 256**2 * 1024)
@@ -71,7 +71,6 @@ def test_gemm_compute_bound_when_dram_is_fast(tiny):
 def test_warp_mma_runs_at_the_devices_warp_mma_fraction(tiny):
     # The compute-bound GEMM above, issued with warp-synchronous MMA on a device where that reaches
     # half the tensor rate: each CTA's 2*128*128*1024 FLOP now take 65.536 us; fills and drains unchanged.
-    from dataclasses import replace
 
     fast = replace(tiny, dram_bandwidth_bytes_per_s=1e12, warp_mma_fraction=0.5)
     plan = gemm_plan(fast, "gemm", "matmul", 256, 256, 1024, 1, "fp16", Tile(128, 128, 64, 2, 4), 2.0 * 256**2 * 1024)
@@ -85,7 +84,6 @@ def test_sfu_work_follows_or_overlaps_the_math(tiny):
     # Give each CTA of the compute-bound GEMM 2^16 exponentials: 4 SFUs x 1 GHz = 16.384 us per CTA.
     # A FlashAttention-2 style kernel runs them after its products (32.768 + 16.384 us per CTA); a
     # warp-specialized one overlaps them (max = 32.768 us, as without them).
-    from dataclasses import replace
 
     fast = replace(tiny, dram_bandwidth_bytes_per_s=1e12)
     plan = gemm_plan(fast, "gemm", "matmul", 256, 256, 1024, 1, "fp16", Tile(128, 128, 64, 2, 4), 2.0 * 256**2 * 1024)
@@ -98,7 +96,6 @@ def test_sfu_work_follows_or_overlaps_the_math(tiny):
 
 
 def _with_loaded_latency(machine, slope):
-    from dataclasses import replace
     return replace(machine, calibration=replace(machine.calibration, dram_loaded_latency_slope=slope))
 
 

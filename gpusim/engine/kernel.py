@@ -92,13 +92,14 @@ def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, 
         hit = np.clip(1.0 - dram_bytes / l2_bytes, 0.0, 1.0) if l2_bytes > 0 else np.zeros_like(dram_bytes)
         latency = hit * machine.l2_latency_s + (1.0 - hit) * machine.dram_latency_s
         traffic = np.maximum(l2_bytes, dram_bytes)
-        slope = machine.calibration.dram_loaded_latency_slope
-        if slope > 0:
+        if machine.calibration.dram_loaded_latency_slope > 0:
             bandwidth = machine.dram_achievable_bytes_per_s
-            d = (1.0 - hit) * machine.dram_latency_s * slope / bandwidth  # seconds of latency per byte/s
+            # latency = c + d R with c the idle average and d its growth per DRAM byte/s
+            d = (1.0 - hit) * (machine.loaded_dram_latency_s(1.0) - machine.dram_latency_s) / bandwidth
             dram_in_flight = count * in_flight * np.where(traffic > 0, dram_bytes / traffic, 0.0)
             root = np.where(d > 0, (np.sqrt(latency ** 2 + 4.0 * d * dram_in_flight) - latency) / (2.0 * d), 0.0)
-            latency = latency + d * np.minimum(root, bandwidth)
+            utilization = np.minimum(root, bandwidth) / bandwidth
+            latency = hit * machine.l2_latency_s + (1.0 - hit) * machine.loaded_dram_latency_s(utilization)
         return np.where((traffic > 0) & (in_flight > 0), in_flight / latency / traffic, np.inf)
 
 

@@ -103,6 +103,11 @@ class Machine:
     def dram_achievable_bytes_per_s(self) -> float:
         return self.dram_bandwidth_bytes_per_s * self.calibration.dram_bandwidth_fraction
 
+    def loaded_dram_latency_s(self, utilization):
+        """DRAM latency at ``utilization`` (0..1 of the achievable bandwidth; scalar or array):
+        idle latency x (1 + calibrated ``dram_loaded_latency_slope`` x utilization)."""
+        return self.dram_latency_s * (1.0 + self.calibration.dram_loaded_latency_slope * utilization)
+
     def cyclic_l2_hit_fraction(self, working_set_bytes: float) -> float:
         """Share of a cyclic sweep over ``working_set_bytes`` that hits in L2. Hashed set indexing
         spreads the lines over the sets like balls over bins: a set receives Poisson(x * ways) lines,
