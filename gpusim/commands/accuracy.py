@@ -108,7 +108,7 @@ def _cluster_suites(args: argparse.Namespace, suites: tuple[str, ...]) -> int:
         out[suite] = (results, skipped)
         if args.json:
             continue
-        print(f"{suite} ({'communication.csv' if suite == 'communication' else 'training.csv, multi-GPU rows'}):")
+        print(f"{suite} ({'communication.csv' if suite == 'communication' else 'training.csv'}):")
         print(f"{'case':<52} {'metric':<20} {'measured':>11} {'simulated':>11} {'error':>8}  note")
         for r in results:
             print(f"{r.case_id[:52]:<52} {r.metric:<20} {r.measured:11.4g} {r.simulated:11.4g} "

@@ -30,7 +30,7 @@ __all__ = ["KernelPlan", "Tile", "map_op", "best_gemm", "LINK_CATEGORIES"]
 LINK_CATEGORIES = frozenset({"transfer", "collective"})
 """Op categories that move data over links (host link, NVLink, network) rather than run on SMs."""
 
-TRANSCENDENTAL_FUNCTIONS = frozenset({"gelu", "silu", "sigmoid", "tanh", "exp", "swiglu", "geglu",
+TRANSCENDENTAL_FUNCTIONS = frozenset({"gelu", "gelu_new", "silu", "sigmoid", "tanh", "exp", "swiglu", "geglu",
                                       "gelu_backward", "silu_backward", "sigmoid_backward", "tanh_backward",
                                       "swiglu_backward", "geglu_backward"})
 

@@ -7,7 +7,9 @@ Fusion ``default``:
   (cuBLASLt / CUTLASS epilogues; in training an activation's input is written as an extra output);
 * the remaining runs of consecutive element-wise ops of equal size become one kernel;
 * attention stays one fused (FlashAttention-style) kernel.
-Fusion ``none``: every op is its own kernel and attention is lowered to QK^T, softmax, (dropout), AV.
+Fusion ``none`` (eager PyTorch): every op is its own kernel; attention is lowered to QK^T, scale,
+(causal mask), softmax, (dropout), AV, and functions that models write as several tensor ops
+(:data:`~gpusim.workload.ops.EAGER_COMPOSITIONS`) run as one kernel per op.
 
 Training, per micro-batch: the forward kernels; then, layer by layer in reverse, the recomputed
 forward (activation checkpointing), then for each op in reverse its backward kernels: the backward
@@ -24,6 +26,7 @@ from typing import Sequence
 from gpusim.workload.graph import OpNode
 from gpusim.workload.layers import FwdOp, Layer, attention_kept_bytes, kept_when_recomputed, saved_bytes
 from gpusim.workload.ops import (
+    EAGER_COMPOSITIONS,
     ELEMENTWISE_FUNCTIONS,
     MASK_BYTES,
     VECTOR_DTYPES,
@@ -55,10 +58,14 @@ def _lower_attention(f: FwdOp, training: bool) -> list[FwdOp]:
     group = f.recompute_group
     q_bytes, kv_bytes = op._q_bytes(), op._kv_bytes()
     probs_bytes = softmax.elements() * dtype_bytes(softmax.dtype)
-    out = [
-        FwdOp(f"{f.name}_qk", qk, saved_bytes=q_bytes + kv_bytes, recompute_group=group, kept_bytes=q_bytes + kv_bytes),
-        FwdOp(f"{f.name}_softmax", softmax, saved_bytes=probs_bytes, recompute_group=group),
-    ]
+    out = [FwdOp(f"{f.name}_qk", qk, saved_bytes=q_bytes + kv_bytes, recompute_group=group, kept_bytes=q_bytes + kv_bytes)]
+    # eager code scales the scores (a matmul call has no alpha) and applies the causal mask
+    # (torch.where with a stored boolean mask) as kernels of their own
+    steps = ("scale", "mask_fill") if op.causal else ("scale",)
+    for step in steps:
+        out.append(FwdOp(f"{f.name}_{step}", Elementwise(num_elements=softmax.elements(), function=step,
+                                                         dtype=softmax.dtype), saved_bytes=0.0, recompute_group=group))
+    out.append(FwdOp(f"{f.name}_softmax", softmax, saved_bytes=probs_bytes, recompute_group=group))
     dropout = training and f.attention_dropout
     if dropout:
         out.append(FwdOp(f"{f.name}_dropout", Elementwise(num_elements=softmax.elements(), function="dropout",
@@ -120,6 +127,9 @@ def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...
         for f in ops:
             if isinstance(f.op, Attention) and f.op.kernel != "unfused" and f.op.variant == "forward":
                 out.extend(_lower_attention(f, training))
+            elif isinstance(f.op, Elementwise) and f.op.function in EAGER_COMPOSITIONS:
+                out.extend(replace(f, name=f"{f.name}_{i}_{step}", op=replace(f.op, function=step), saved_bytes=None)
+                           for i, step in enumerate(EAGER_COMPOSITIONS[f.op.function]))
             else:
                 out.append(f)
         return tuple(out)

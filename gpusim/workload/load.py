@@ -306,7 +306,7 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
         lm = r.head == "lm"
         prompt = details["prompt_len"]
         layers = T.build_layers(r, p, batch=batch, seq_q=prompt, seq_kv=prompt, training=False,
-                                logits_tokens=batch if lm else None, kv_append=lm)
+                                logits_tokens=_logits_tokens(spec, r, batch, prompt), kv_append=lm)
         if lm:
             kv_dtype = spec.kv_cache_dtype or p.activation_dtype
             kv_bytes = T.kv_cache_bytes(r, batch=batch, context=prompt + spec.generate_len, dtype=kv_dtype)
@@ -376,13 +376,20 @@ def decode_buckets(prompt: int, generate: int, buckets: int) -> list[tuple[int, 
     return out
 
 
+def _logits_tokens(spec: ModelWorkloadSpec, r: T.Resolved, batch: int, prompt: int) -> int | None:
+    """Prompt tokens the LM head runs on (None: every token, for heads other than ``lm``)."""
+    if r.head != "lm":
+        return None
+    return batch * prompt if spec.prompt_logits == "all" else batch
+
+
 def _inference_nodes(spec: ModelWorkloadSpec, r: T.Resolved, p: PrecisionPolicy, fusion: str,
                      details: dict[str, Any]) -> list[OpNode]:
     batch = spec.batch_size
     prompt = details["prompt_len"]
     lm = r.head == "lm"
     layers = T.build_layers(r, p, batch=batch, seq_q=prompt, seq_kv=prompt, training=False,
-                            logits_tokens=batch if lm else None, kv_append=lm)
+                            logits_tokens=_logits_tokens(spec, r, batch, prompt), kv_append=lm)
     nodes = forward_nodes(layers, fusion=fusion, phase="prefill" if lm else "forward",
                           prefix="prefill." if lm else "")
     plan = decode_buckets(prompt, spec.generate_len, spec.decode_buckets) if spec.generate_len else []

@@ -84,6 +84,7 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
     _f("scale_shift", 1, 1, 2, backward=None, epilogue=True),
     _f("relu", 1, 1, 1, backward="relu_backward", saves="input", epilogue=True),
     _f("gelu", 1, 1, 10, backward="gelu_backward", saves="input", epilogue=True),
+    _f("gelu_new", 1, 1, 10, backward="gelu_backward", saves="input", epilogue=True),
     _f("silu", 1, 1, 4, backward="silu_backward", saves="input", epilogue=True),
     _f("sigmoid", 1, 1, 3, backward="sigmoid_backward", saves="input", epilogue=True),
     _f("tanh", 1, 1, 1, backward="tanh_backward", saves="input", epilogue=True),
@@ -94,6 +95,9 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
        epilogue=True),
     _f("rotary", 1, 1, 3, backward="rotary_backward"),
     _f("cast", 1, 1, 0, backward="cast"),
+    _f("shift", 1, 1, 1),  # x + constant: its gradient passes through unchanged
+    _f("cube", 1, 1, 2, backward="cube_backward", saves="input"),
+    _f("mask_fill", 1, 1, 0, backward="mask_fill"),  # torch.where(mask, x, c): the mask is a broadcast buffer
     # FP8 quantization (Transformer Engine): scale and track amax (2 FLOP), write 1 byte per element;
     # the cast-transpose variant also writes the transposed FP8 copy the backward GEMMs read
     _f("fp8_cast", 1, 0, 2, extra_write_bytes_per_element=1.0),
@@ -105,6 +109,7 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
     _f("silu_backward", 2, 1, 8),
     _f("sigmoid_backward", 2, 1, 3),
     _f("tanh_backward", 2, 1, 3),
+    _f("cube_backward", 2, 1, 3),
     _f("mul_backward", 3, 2, 2),
     _f("swiglu_backward", 3, 2, 10),
     _f("geglu_backward", 3, 2, 18),
@@ -112,6 +117,15 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
     _f("rotary_backward", 1, 1, 3),
 )}
 """Known element-wise functions. A fused chain is written ``"bias_add+gelu"``."""
+
+EAGER_COMPOSITIONS: dict[str, tuple[str, ...]] = {
+    # GPT-2's GELU as its reference code and Hugging Face's NewGELUActivation write it in Python:
+    # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), one tensor op per step: x^3, scale, add x,
+    # scale, tanh, add 1, 0.5 x, multiply
+    "gelu_new": ("cube", "scale", "add", "scale", "tanh", "shift", "scale", "mul"),
+}
+"""Element-wise functions that eager frameworks run as several kernels, one per tensor op (fusion
+``none``); fusion ``default`` runs them as one kernel."""
 
 
 def chain_cost(functions: tuple[str, ...]) -> ElementwiseFunction:

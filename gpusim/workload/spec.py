@@ -349,6 +349,9 @@ class ModelWorkloadSpec(Spec):
     fusion: Literal["none", "default"] = "default"
     prompt_len: Optional[count(le=10**8)] = None
     """Inference of language models: prompt tokens per request (default config.seq_len)."""
+    prompt_logits: Literal["last", "all"] = "last"
+    """Inference of causal language models: the LM head runs on each request's last prompt token
+    (serving engines) or on every prompt token (a plain forward call of a Hugging Face model)."""
     generate_len: count(ge=0, le=10**8) = 0
     """Inference of causal language models: tokens decoded per request after the prompt."""
     decode_buckets: count(le=10_000) = 4
@@ -372,6 +375,8 @@ class ModelWorkloadSpec(Spec):
                     raise field_error(key, "only applies to mode: inference")
             if self.generate_len:
                 raise field_error("generate_len", "only applies to mode: inference")
+            if "prompt_logits" in self.model_fields_set:
+                raise field_error("prompt_logits", "only applies to mode: inference")
         if self.model not in LANGUAGE_MODELS:
             for key in ("prompt_len", "kv_cache_dtype"):
                 if getattr(self, key) is not None:

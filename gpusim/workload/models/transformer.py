@@ -52,15 +52,16 @@ class TransformerConfig(Spec):
     vocab_size: count(le=10**8)
     norm: Optional[Literal["layernorm", "rmsnorm"]] = None
     norm_position: Optional[Literal["pre", "post"]] = None
-    activation: Optional[Literal["gelu", "relu", "silu", "swiglu", "geglu"]] = None
+    activation: Optional[Literal["gelu", "gelu_new", "relu", "silu", "swiglu", "geglu"]] = None
     position_embedding: Optional[Literal["learned", "rotary", "none"]] = None
     bias: Optional[bool] = None
     tied_embeddings: Optional[bool] = None
     dropout: Optional[number(gt=None, ge=0.0, le=1.0)] = None
     causal: Optional[bool] = None
     type_vocab_size: Optional[count(ge=0, le=1000)] = None
-    head: Optional[Literal["lm", "mlm"]] = None
-    """``lm``: next-token logits; ``mlm``: BERT's masked-LM transform + NSP + pooler."""
+    head: Optional[Literal["lm", "mlm", "classifier"]] = None
+    """``lm``: next-token logits; ``mlm``: BERT's masked-LM transform + NSP + pooler; ``classifier``:
+    BERT's sequence classification (pooler + a two-class linear layer on the first token)."""
     num_experts: Optional[count(le=100_000)] = None
     top_k: Optional[count(le=100_000)] = None
     attention_kernel: Literal["fused", "fused_async"] = "fused"
@@ -264,6 +265,14 @@ def head_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, trainin
     o = _Ops(r, p, T, training)
     if r.norm_position == "pre":
         o.norm("final_norm", rows=logits_tokens)
+    if r.head == "classifier":
+        o.linear("pooler", h, h, bias=True, rows=batch)
+        o.ew("pooler_act", "tanh", batch * h)
+        o.dropout("classifier_dropout", batch * h)
+        o.linear("classifier", 2, h, bias=True, rows=batch)
+        if training:
+            o.add("loss", Softmax(rows=batch, cols=2, dtype=p.activation_dtype), loss=True)
+        return tuple(o.ops)
     if r.head == "mlm":
         o.linear("mlm_dense", h, h, bias=True, rows=logits_tokens)
         o.ew("mlm_act", "gelu", logits_tokens * h)

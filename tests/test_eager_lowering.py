@@ -1,0 +1,115 @@
+"""Eager (fusion none) lowering: the kernels an eager framework launches for attention and for
+functions written as several tensor ops, the inference LM-head option and BERT's classifier head,
+and the single-GPU end-to-end rows of the accuracy dataset that use them."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpusim.accuracy import Skipped
+from gpusim.accuracy_cluster import _single_gpu_case, _time_without_optimizer
+from gpusim.config.library import load_hardware
+from gpusim.engine.simulate import simulate
+from gpusim.errors import ConfigError
+from gpusim.measurements import load_training_cases
+from gpusim.workload import Matmul, load_workload
+from gpusim.workload.ops import EAGER_COMPOSITIONS, ELEMENTWISE_FUNCTIONS
+
+B, H, S = 2, 20, 1024  # GPT-2 Large: 20 heads; fp32 scores of 4 bytes
+
+
+def _nodes(name: str, items: list[str]):
+    return load_workload(name, items).graph.nodes
+
+
+def test_eager_causal_attention_scales_and_masks_the_scores_in_kernels_of_their_own():
+    nodes = {n.name: n for n in _nodes("gpt2_large_train", ["fusion=none", "precision=fp32", "config.num_layers=1",
+                                                            f"batch_size={B}"])}
+    scores_bytes = B * H * S * S * 4
+    for step in ("scale", "mask_fill"):
+        fwd = nodes[f"layer0.attention_{step}"]
+        assert (fwd.bytes_read(), fwd.bytes_written()) == (scores_bytes, scores_bytes)
+        grad = nodes[f"layer0.attention_{step}.grad"]
+        assert (grad.bytes_read(), grad.bytes_written()) == (scores_bytes, scores_bytes)
+    order = [n.name for n in nodes.values() if n.phase == "forward" and n.name.startswith("layer0.attention")]
+    assert order[:4] == ["layer0.attention_qk", "layer0.attention_scale", "layer0.attention_mask_fill",
+                         "layer0.attention_softmax"]
+
+
+def test_eager_bidirectional_attention_is_scaled_but_not_masked():
+    names = {n.name for n in _nodes("bert_large_train", ["fusion=none", "config.num_layers=1"])}
+    assert "layer0.attention_scale" in names
+    assert not any("mask_fill" in name for name in names)
+
+
+def test_fused_attention_has_no_separate_scale_or_mask_kernels():
+    names = {n.name for n in _nodes("gpt2_large_train", ["config.num_layers=1"])}
+    assert not any(name.endswith(("_scale", "_mask_fill")) for name in names)
+
+
+def test_gelu_new_is_eight_kernels_in_eager_mode():
+    n = B * S * 5120  # GPT-2 Large FFN width 4 x 1280
+    nodes = [x for x in _nodes("gpt2_large_train", ["fusion=none", "precision=fp32", "config.num_layers=1",
+                                                    "config.activation=gelu_new", f"batch_size={B}"])
+             if x.phase == "forward" and x.name.startswith("layer0.act_")]
+    assert [x.op.function for x in nodes] == list(EAGER_COMPOSITIONS["gelu_new"])
+    # x^3, scale, +x (2 inputs), scale, tanh, +1, 0.5 x, multiply (2 inputs): 10 reads and 8 writes of n
+    assert sum(x.bytes_read() for x in nodes) == 10 * n * 4
+    assert sum(x.bytes_written() for x in nodes) == 8 * n * 4
+    assert all(ELEMENTWISE_FUNCTIONS[x.op.function].num_outputs == 1 for x in nodes)
+
+
+def test_gelu_new_is_one_epilogue_when_fused_and_costs_what_gelu_costs():
+    hw = load_hardware("h100_sxm5_80gb")
+    times = {}
+    for act in ("gelu", "gelu_new"):
+        w = load_workload("gpt2_large_train", ["config.num_layers=2", f"config.activation={act}"])
+        assert any(isinstance(x.op, Matmul) and act in x.op.epilogue for x in w.graph.nodes)
+        times[act] = simulate(hw, w).total_time_s
+    assert times["gelu_new"] == pytest.approx(times["gelu"], rel=1e-12)
+
+
+def test_eager_gelu_new_is_slower_than_one_kernel():
+    hw = load_hardware("h100_sxm5_80gb")
+    base = ["fusion=none", "config.num_layers=2"]
+    one = simulate(hw, load_workload("gpt2_large_train", base + ["config.activation=gelu"])).total_time_s
+    eight = simulate(hw, load_workload("gpt2_large_train", base + ["config.activation=gelu_new"])).total_time_s
+    assert eight > one
+
+
+@pytest.mark.parametrize("logits,rows", [("last", 4), ("all", 4 * 1024)])
+def test_prompt_logits_sets_the_rows_of_the_lm_head(logits, rows):
+    nodes = _nodes("gpt2_large_train", ["mode=inference", "optimizer=null", "batch_size=4", f"prompt_logits={logits}"])
+    (head,) = [n for n in nodes if n.name.endswith("head.logits")]
+    assert head.op.m == rows and head.op.n == 50257
+
+
+def test_prompt_logits_is_an_inference_key():
+    with pytest.raises(ConfigError, match="prompt_logits"):
+        load_workload("gpt2_large_train", ["prompt_logits=all"])
+
+
+def test_bert_classifier_head_has_no_vocabulary_projection():
+    nodes = _nodes("bert_large_train", ["mode=inference", "optimizer=null", "batch_size=8", "config.head=classifier"])
+    head = [n for n in nodes if n.layer is None and isinstance(n.op, Matmul) and ".head." in f".{n.name}"]
+    assert sorted((n.op.m, n.op.n, n.op.k) for n in head) == [(8, 2, 1024), (8, 1024, 1024)]
+
+
+def _case(case_id: str):
+    return next(c for c in load_training_cases() if c.case_id == case_id)
+
+
+def test_single_gpu_training_rows_are_scored_on_forward_and_backward_without_the_optimizer():
+    case = _case("neusight_gpt2_large_train_1024x1_h100")
+    scored = _single_gpu_case(case)
+    result = simulate(load_hardware("h100_sxm5_80gb"), load_workload("gpt2_large_train", [
+        "batch_size=1", "precision=fp32", "fusion=none", "config.activation=gelu_new"]))
+    optimizer_s = sum(k.time_s + k.launch_gap_s for k in result.kernels if k.phase == "optimizer")
+    assert optimizer_s > 0
+    assert scored.simulated == pytest.approx(result.total_time_s - optimizer_s, rel=1e-9)
+    assert _time_without_optimizer(result) == pytest.approx(scored.simulated, rel=1e-9)
+
+
+def test_single_gpu_rows_without_a_stated_configuration_are_skipped_with_the_reason():
+    outcome = _single_gpu_case(_case("neusight_neusight_gpt3_xl_inference_2048x2_h100"))
+    assert isinstance(outcome, Skipped) and "head count" in outcome.reason
