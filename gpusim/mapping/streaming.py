@@ -21,7 +21,9 @@ def streaming_plan(machine: Machine, name: str, op_kind: str, dtype: str, *, byt
     """A kernel whose CTAs each stream an equal share of the data once.
 
     ``l2_reread_fraction`` is extra L2 traffic (as a fraction of bytes read) for kernels that make
-    several passes over a row that stays on chip (softmax max/sum passes, layernorm statistics).
+    several passes over their row (softmax max/sum passes, layernorm statistics). The row stays on
+    chip only while the data of all resident CTAs fits in L2: the re-reads that miss
+    (:func:`reread_miss_fraction`) go to DRAM too.
     """
     num_ctas = max(1, int(num_ctas))
     threads = min(threads_per_cta, machine.max_threads_per_cta)
@@ -31,6 +33,9 @@ def streaming_plan(machine: Machine, name: str, op_kind: str, dtype: str, *, byt
     per_unit = max(1, per_unit)
     slots = per_unit * machine.num_units
     per_cta_dram = (bytes_read + bytes_written) / num_ctas
+    if l2_reread_fraction > 0:
+        per_cta_dram += l2_reread_fraction * bytes_read / num_ctas * reread_miss_fraction(
+            machine, min(num_ctas, slots) * (bytes_read + bytes_written) / num_ctas)
     num_waves = math.ceil(num_ctas / slots)
     waves = tuple(min(slots, num_ctas - i * slots) * per_cta_dram for i in range(num_waves))
     in_flight = threads * bytes_in_flight_per_thread
@@ -55,6 +60,13 @@ def streaming_plan(machine: Machine, name: str, op_kind: str, dtype: str, *, byt
         prologue_per_wave=False,
         useful_flop=flop,
     )
+
+
+def reread_miss_fraction(machine: Machine, resident_bytes: float) -> float:
+    """Share of a row's second read that misses L2 when the CTAs resident at once stream
+    ``resident_bytes`` (their rows read and written) between a row's first and second read: the
+    L2 behaves as for a cyclic sweep over that many bytes (:meth:`Machine.cyclic_l2_hit_fraction`)."""
+    return 1.0 - machine.cyclic_l2_hit_fraction(resident_bytes)
 
 
 def elementwise_launch(machine: Machine, num_elements: int, dtype: str, num_inputs: int) -> tuple[int, int, float]:
@@ -84,6 +96,18 @@ def row_launch(machine: Machine, rows: int, cols: int, dtype: str) -> tuple[int,
         ctas = math.ceil(rows / rows_per_cta)
         per_thread_vectors = math.ceil(threads_needed / 32)
     return ctas, threads, VECTOR_LOAD_BYTES * min(per_thread_vectors, 4)
+
+
+TORCH_LAYER_NORM_THREADS = 128
+"""PyTorch's native LayerNorm forward (``vectorized_layer_norm_kernel``, aten/src/ATen/native/cuda/
+layer_norm_kernel.cu): one CTA of 4 warps per row, each thread loading vectors of 4 elements, a
+Welford pass over the row, then a second pass that re-reads it and writes the output."""
+
+
+def torch_layer_norm_launch(rows: int, cols: int, dtype: str) -> tuple[int, int, float]:
+    """(CTAs, threads per CTA, bytes in flight per thread) of PyTorch's native LayerNorm forward:
+    one 128-thread CTA per row, one 4-element vector in flight per thread."""
+    return max(1, int(rows)), TORCH_LAYER_NORM_THREADS, 4.0 * DTYPE_BYTES[dtype]
 
 
 SCALAR_ROW_MAX_THREADS = 1024
