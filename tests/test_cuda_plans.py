@@ -100,10 +100,15 @@ def test_row_plans_follow_row_launch(h100):
         (theirs.grid, theirs.threads_per_cta, theirs.l2_bytes_per_cta)
     assert short.shared_bytes_per_cta == 128 * 4  # one FP32 word per thread for the reductions
     assert P.row_layout(short, 7, 37, "fp32") == P.RowLayout(128, 4, 32, 4)
-    long = P.plan_for_rows(h100, "layernorm", 2, 600, "fp32")
+    long = P.plan_for_rows(h100, "softmax", 2, 600, "fp32")
     # 600 / 4 = 150 vectors -> 160 threads (5 warps), one row per CTA.
     assert (long.grid, long.threads_per_cta) == (2, 160)
     assert P.row_layout(long, 2, 600, "fp32") == P.RowLayout(160, 1, 160, 4)
+    # layer norm runs PyTorch's launch: one 128-thread CTA per row, short rows too
+    for cols in (37, 600):
+        norm = P.plan_for_rows(h100, "layernorm", 2, cols, "fp32")
+        assert (norm.grid, norm.threads_per_cta) == (2, 128)
+        assert P.row_layout(norm, 2, cols, "fp32") == P.RowLayout(128, 1, 128, 4)
 
 
 def test_attention_plan_has_one_thread_per_query_row(h100):

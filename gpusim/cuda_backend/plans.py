@@ -217,10 +217,11 @@ class RowLayout:
 
 
 def row_layout(plan: KernelPlan, rows: int, cols: int, dtype: str) -> RowLayout:
-    """The layout behind ``row_launch``: one CTA per long row, or 4 rows (a warp each) per CTA."""
+    """The layout behind the mapper's row launches: one CTA per row (``row_launch`` for long rows,
+    PyTorch's LayerNorm launch for any row), or 4 rows (a warp each) per CTA."""
     vec = vector_elements(dtype)
     threads = plan.threads_per_cta
-    if plan.grid == rows and math.ceil(cols / vec) >= 128:
+    if plan.grid == rows:
         layout = RowLayout(threads, 1, threads, vec)
     else:
         layout = RowLayout(threads, threads // 32, 32, vec)
