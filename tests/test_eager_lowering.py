@@ -84,9 +84,11 @@ def test_prompt_logits_sets_the_rows_of_the_lm_head(logits, rows):
     assert head.op.m == rows and head.op.n == 50257
 
 
-def test_prompt_logits_is_an_inference_key():
+def test_prompt_logits_is_an_inference_key_of_language_models():
     with pytest.raises(ConfigError, match="prompt_logits"):
         load_workload("gpt2_large_train", ["prompt_logits=all"])
+    with pytest.raises(ConfigError, match="prompt_logits"):
+        load_workload("resnet50_inference", ["prompt_logits=all"])
 
 
 def test_bert_classifier_head_has_no_vocabulary_projection():

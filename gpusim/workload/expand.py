@@ -128,7 +128,8 @@ def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...
             if isinstance(f.op, Attention) and f.op.kernel != "unfused" and f.op.variant == "forward":
                 out.extend(_lower_attention(f, training))
             elif isinstance(f.op, Elementwise) and f.op.function in EAGER_COMPOSITIONS:
-                out.extend(replace(f, name=f"{f.name}_{i}_{step}", op=replace(f.op, function=step), saved_bytes=None)
+                out.extend(replace(f, name=f"{f.name}_{i}_{step}", op=replace(f.op, function=step), saved_bytes=None,
+                                   num_parameters=f.num_parameters if i == 0 else 0)
                            for i, step in enumerate(EAGER_COMPOSITIONS[f.op.function]))
             else:
                 out.append(f)

@@ -381,6 +381,8 @@ class ModelWorkloadSpec(Spec):
             for key in ("prompt_len", "kv_cache_dtype"):
                 if getattr(self, key) is not None:
                     raise field_error(key, f"only applies to language models, not {self.model}")
+            if "prompt_logits" in self.model_fields_set:
+                raise field_error("prompt_logits", f"only applies to language models, not {self.model}")
             if self.generate_len:
                 raise field_error("generate_len", f"only applies to language models, not {self.model}")
         if self.model == "bert" and self.generate_len:
