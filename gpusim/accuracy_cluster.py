@@ -108,13 +108,9 @@ def _single_gpu_workload(case):
     base, config = NEUSIGHT_MODELS[case.model]
     config = dict(config, seq_len=case.seq_len)
     items = [f"mode={case.mode}", f"batch_size={case.global_batch_size}", "precision=fp32",
-             "fusion=none", "optimizer=null"] + [f"config.{k}={v}" for k, v in config.items()]
-    if case.mode == "train":
-        items.append("optimizer=adamw")
-    elif base.startswith("bert"):
-        items.append("config.head=classifier")
-    else:
-        items.append("prompt_logits=all")
+             "fusion=none"] + [f"config.{k}={v}" for k, v in config.items()]
+    if case.mode == "inference":
+        items += ["optimizer=null", "config.head=classifier" if base.startswith("bert") else "prompt_logits=all"]
     return case.gpu, base, items
 
 
