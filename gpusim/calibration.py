@@ -10,6 +10,8 @@ clock and issue efficiency, achievable DRAM bandwidth), not any single point:
   normalizations, whose library implementations differ in passes and occupancy);
 * ``l2_bandwidth_fraction``: L2-bandwidth benchmarks whose footprint is under half the L2;
 * ``host_link_fraction``: host<->device copies of at least 100 MB;
+* ``host_copy_overhead_s``: copies under 100 MB, at least two of them: the median of measured minus
+  simulated time once the link fraction is applied (a fixed cost per copy call; 0 if negative);
 * ``dram_loaded_latency_slope``: stream benchmarks at partial occupancy, which Little's law limits:
   the slope (on a 0.05 grid) whose loaded DRAM latency gives the least mean absolute log error,
   with the fitted DRAM fraction applied. Fitted only from at least three such cases.
@@ -37,6 +39,8 @@ class FittedFactor:
     value: float
     num_cases: int
     case_ids: tuple[str, ...]
+    method: str = "median"
+    """How the value was fitted (as the overlay's source string says)."""
 
 
 def _rate_ratio(case, machine, device) -> float:
@@ -81,13 +85,35 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
     for name, rows in sorted(groups.items()):
         value = min(1.0, statistics.median(r for _, r in rows))
         out.append(FittedFactor(name, round(value, 3), len(rows), tuple(c for c, _ in rows)))
+    small_copies = [c for c in cases if c.gpu == gpu and not c.excluded and c.op in ("memcpy_h2d", "memcpy_d2h")
+                    and c.metric == "bytes_per_s" and (c.num_bytes or COPY_BYTES) < LARGE_STREAM_BYTES]
+    if len(small_copies) >= MIN_COPY_OVERHEAD_CASES:
+        fitted = replace(machine.calibration, **{f.name: f.value for f in out if f.name == "host_link_fraction"})
+        overhead = fit_host_copy_overhead_s(replace(machine, calibration=fitted), device, small_copies)
+        out.append(FittedFactor("host_copy_overhead_s", overhead, len(small_copies),
+                                tuple(c.case_id for c in small_copies), "median gap (measured - simulated)"))
     partial = [c for c in cases if c.gpu == gpu and not c.excluded and c.op == "stream"
                and (c.occupancy_fraction or 1.0) < 1.0]
     if len(partial) >= MIN_LOADED_LATENCY_CASES:
         fitted = replace(machine.calibration, **{f.name: f.value for f in out if f.name == "dram_bandwidth_fraction"})
         slope = fit_loaded_latency_slope(replace(machine, calibration=fitted), device, partial)
-        out.append(FittedFactor("dram_loaded_latency_slope", slope, len(partial), tuple(c.case_id for c in partial)))
+        out.append(FittedFactor("dram_loaded_latency_slope", slope, len(partial), tuple(c.case_id for c in partial),
+                                "least-error fit"))
     return out
+
+
+MIN_COPY_OVERHEAD_CASES = 2
+
+
+def fit_host_copy_overhead_s(machine, device, cases) -> float:
+    """Fixed cost per copy call: the median over small copies of measured minus simulated seconds
+    (rounded to 0.1 us; never negative)."""
+    gaps = []
+    for case in cases:
+        seconds, _ = simulate_case(case, machine, device)
+        measured_s = (case.num_bytes or COPY_BYTES) / case.measured_value
+        gaps.append(measured_s - seconds)
+    return max(0.0, round(statistics.median(gaps), 7))
 
 
 MIN_LOADED_LATENCY_CASES = 3
@@ -111,9 +137,7 @@ def overlay_yaml(base: str, factors: list[FittedFactor], measurements: str) -> s
         "gpu:",
         "  calibration:",
     ]
-    summary = "; ".join(f"{f.name.removesuffix('_fraction')} = "
-                        f"{'median' if f.name.endswith('_fraction') else 'least-error fit'} of {f.num_cases} cases"
-                        for f in factors)
+    summary = "; ".join(f"{f.name.removesuffix('_fraction')} = {f.method} of {f.num_cases} cases" for f in factors)
     lines.append(f"    source: \"fitted by gpusim calibrate on {measurements}: {summary}\"")
     for f in factors:
         lines.append(f"    {f.name}: {f.value}")

@@ -24,6 +24,8 @@ class Calibration:
     dram_bandwidth_fraction: float = 1.0
     l2_bandwidth_fraction: float = 1.0
     host_link_fraction: float = 1.0
+    host_copy_overhead_s: float = 0.0
+    """Fixed host-side cost of one host<->device copy beyond the eager launch (fitted; 0 = none)."""
     peer_link_fraction: float = 1.0
     in_switch_reduction_fraction: float = 1.0
     dynamic_energy_factor: float = 1.0

@@ -38,8 +38,10 @@ class _Item:
 
 
 def transfer_time_s(machine: Machine, num_bytes: float) -> float:
-    """One host<->device copy over the host link: latency plus bytes at the achievable rate."""
-    return machine.host_link_latency_s + num_bytes / machine.host_link_achievable_bytes_per_s
+    """One host<->device copy over the host link: the calibrated fixed cost per copy, the link's
+    latency and the bytes at the achievable rate."""
+    return (machine.calibration.host_copy_overhead_s + machine.host_link_latency_s
+            + num_bytes / machine.host_link_achievable_bytes_per_s)
 
 
 def link_time_s(op, hardware: HardwareDescription, machine: Machine) -> float | None:
