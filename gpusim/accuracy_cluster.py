@@ -13,6 +13,7 @@ Training rows whose model, layout and batch are stated are built as model worklo
 
 from __future__ import annotations
 
+import re
 from typing import Iterable
 
 from gpusim.accuracy import CaseResult, Skipped
@@ -25,6 +26,7 @@ MPT_CONFIGS = {  # mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml 
     "mpt_30b": (7168, 48, 64), "mpt_70b": (8192, 80, 64),
 }
 MPT_VOCAB = 50368
+NEMO_WORKLOADS = {"llama2_7b": "llama2_7b_train", "gpt3_175b": "gpt3_175b_train"}
 GPT2_LARGE = dict(num_layers=36, hidden_size=1280, num_heads=20, seq_len=1024, vocab_size=50257, activation="gelu_new")
 # The single-GPU NeuSight rows: Hugging Face models built from their configs with eager attention,
 # timed with CUDA events around the forward call and around loss.backward() (no optimizer step);
@@ -96,6 +98,24 @@ def _training_workload(case):
             # the NeuSight pipeline runs the global batch as one micro-batch through 4 stages (GPipe)
             items += [f"batch_size={batch}", "parallelism.pipeline=4", "parallelism.schedule=gpipe"]
         return system, [], "gpt2_large_train", items
+    layout = dict(re.findall(r"\b(TP|PP|VP|CP)(\d+)\b", par))
+    if case.case_id.startswith("nemo_") and case.model in NEMO_WORKLOADS and n and case.global_batch_size \
+            and case.seq_len and "TP" in layout and "PP" in layout and "CP" not in layout:
+        # NeMo 24.12 performance recipes: micro-batch 1, Megatron's distributed optimizer (ZeRO-1),
+        # sequence parallelism with tensor parallelism, Transformer Engine FP8 with cuDNN fused attention
+        t, p, v = int(layout["TP"]), int(layout["PP"]), int(layout.get("VP", 1))
+        d = n // (t * p)
+        micro = case.global_batch_size // d
+        items = [f"config.seq_len={case.seq_len}", "batch_size=1", f"precision={case.precision}",
+                 "activation_checkpointing=none", "config.attention_kernel=fused_async",
+                 f"parallelism.tensor={t}", f"parallelism.pipeline={p}", f"parallelism.data={d}",
+                 "parallelism.zero_stage=1", f"parallelism.sequence_parallel={str(t > 1).lower()}"]
+        if p > 1:
+            items += [f"parallelism.microbatches={micro}",
+                      f"parallelism.schedule={'interleaved' if v > 1 else '1f1b'}", f"parallelism.virtual_stages={v}"]
+        else:
+            items.append(f"gradient_accumulation_steps={micro}")
+        return "dgx_h100", [("num_nodes", max(1, n // 8))], NEMO_WORKLOADS[case.model], items
     return None
 
 
