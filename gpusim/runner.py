@@ -23,7 +23,7 @@ def split_overrides(pairs: Iterable[tuple[str, Any]]) -> tuple[list[tuple[str, A
         if key.split(".")[0] in HARDWARE_ROOTS:
             hw.append((key, value))
         else:
-            wl.append(f"{key}={value}")
+            wl.append(f"{key}={'null' if value is None else value}")  # read back as YAML: None is null
     return hw, wl
 
 

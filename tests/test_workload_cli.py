@@ -32,3 +32,13 @@ def test_show_text_with_hardware(capsys):
 def test_show_set_error_exit_2(capsys):
     assert main(["workload", "show", "gpt3_175b_train", "--set", "precision=fp9"]) == 2
     assert "precision" in capsys.readouterr().err
+
+
+def test_run_set_null_unsets_a_workload_key(capsys):
+    # a training workload run as inference: its optimizer must be unset with --set optimizer=null
+    args = ["run", "h100_sxm5_80gb", "bert_large_train", "--set", "mode=inference", "--set", "optimizer=null",
+            "--set", "config.head=classifier", "--json", "-"]
+    assert main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["total_time_s"] > 0
+    assert not any(k["op"] == "optimizer_update" for k in result["kernels"])
