@@ -36,15 +36,19 @@ def test_eager_causal_attention_scales_and_masks_the_scores_in_kernels_of_their_
                          "layer0.attention_softmax"]
 
 
-def test_eager_bidirectional_attention_is_scaled_but_not_masked():
-    names = {n.name for n in _nodes("bert_large_train", ["fusion=none", "config.num_layers=1"])}
-    assert "layer0.attention_scale" in names
-    assert not any("mask_fill" in name for name in names)
+def test_eager_bidirectional_attention_adds_a_padding_mask_without_a_backward_kernel():
+    nodes = {n.name: n for n in _nodes("bert_large_train", ["fusion=none", "config.num_layers=1", "batch_size=2"])}
+    scores_bytes = 2 * 16 * 512 * 512 * 2  # batch 2, 16 heads, 512 x 512 BF16 scores
+    assert "layer0.attention_scale" in nodes
+    add = nodes["layer0.attention_mask_add"]
+    assert (add.bytes_read(), add.bytes_written()) == (scores_bytes, scores_bytes)
+    assert "layer0.attention_mask_add.grad" not in nodes  # the gradient of x + mask is the gradient of x
+    assert not any("mask_fill" in name for name in nodes)
 
 
 def test_fused_attention_has_no_separate_scale_or_mask_kernels():
     names = {n.name for n in _nodes("gpt2_large_train", ["config.num_layers=1"])}
-    assert not any(name.endswith(("_scale", "_mask_fill")) for name in names)
+    assert not any(name.endswith(("_scale", "_mask_fill", "_mask_add")) for name in names)
 
 
 def test_gelu_new_is_eight_kernels_in_eager_mode():

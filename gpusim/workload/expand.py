@@ -8,7 +8,7 @@ Fusion ``default``:
 * the remaining runs of consecutive element-wise ops of equal size become one kernel;
 * attention stays one fused (FlashAttention-style) kernel.
 Fusion ``none`` (eager PyTorch): every op is its own kernel; attention is lowered to QK^T, scale,
-(causal mask), softmax, (dropout), AV, and functions that models write as several tensor ops
+mask (causal or padding), softmax, (dropout), AV, and functions that models write as several tensor ops
 (:data:`~gpusim.workload.ops.EAGER_COMPOSITIONS`) run as one kernel per op.
 
 Training, per micro-batch: the forward kernels; then, layer by layer in reverse, the recomputed
@@ -59,9 +59,10 @@ def _lower_attention(f: FwdOp, training: bool) -> list[FwdOp]:
     q_bytes, kv_bytes = op._q_bytes(), op._kv_bytes()
     probs_bytes = softmax.elements() * dtype_bytes(softmax.dtype)
     out = [FwdOp(f"{f.name}_qk", qk, saved_bytes=q_bytes + kv_bytes, recompute_group=group, kept_bytes=q_bytes + kv_bytes)]
-    # eager code scales the scores (a matmul call has no alpha) and applies the causal mask
-    # (torch.where with a stored boolean mask) as kernels of their own
-    steps = ("scale", "mask_fill") if op.causal else ("scale",)
+    # eager code scales the scores (a matmul call has no alpha) and masks them in kernels of their
+    # own: a causal mask with torch.where, an encoder's padding mask by adding it (BERT-style models
+    # add it even when nothing is padded)
+    steps = ("scale", "mask_fill") if op.causal else ("scale", "mask_add")
     for step in steps:
         out.append(FwdOp(f"{f.name}_{step}", Elementwise(num_elements=softmax.elements(), function=step,
                                                          dtype=softmax.dtype), saved_bytes=0.0, recompute_group=group))

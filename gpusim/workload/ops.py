@@ -98,6 +98,7 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
     _f("shift", 1, 1, 1),  # x + constant: its gradient passes through unchanged
     _f("cube", 1, 1, 2, backward="cube_backward", saves="input"),
     _f("mask_fill", 1, 1, 0, backward="mask_fill"),  # torch.where(mask, x, c): the mask is a broadcast buffer
+    _f("mask_add", 1, 1, 1),  # x + an additive (padding) mask broadcast over heads and queries
     # FP8 quantization (Transformer Engine): scale and track amax (2 FLOP), write 1 byte per element;
     # the cast-transpose variant also writes the transposed FP8 copy the backward GEMMs read
     _f("fp8_cast", 1, 0, 2, extra_write_bytes_per_element=1.0),
