@@ -157,6 +157,12 @@ def _single_gpu_case(case) -> CaseResult | Skipped:
                       _time_without_optimizer(result), None, case.source, "1 GPU, eager")
 
 
+def source_group(result: CaseResult) -> str:
+    """The reference a training case comes from (its repository or document), single-GPU rows apart."""
+    name = result.source.split("@")[0].split(" (")[0]
+    return name + (", 1 GPU" if result.note.startswith("1 GPU") else "")
+
+
 def run_training(cases: Iterable, include_excluded: bool = False) -> tuple[list[CaseResult], list[Skipped]]:
     from gpusim.engine.cluster import simulate_system
     from gpusim.workload import load_workload

@@ -31,3 +31,17 @@ def test_rows_without_a_buildable_layout_are_not_built():
     assert _training_workload(_case("nemo_llama3_70b_64gpu")) is None  # context parallelism, no global batch
     assert _training_workload(_case("nemo_gpt3_175b_512gpu")) is None  # layout not stated
     assert _training_workload(_case("megatron_gpt3_175b_strong_scaling_96gpu")) is None
+
+
+def test_training_cases_group_by_reference_and_single_gpu_rows_apart():
+    from gpusim.accuracy import CaseResult
+    from gpusim.accuracy_cluster import source_group
+
+    def result(source, note):
+        return CaseResult("c", "h100_sxm5_80gb", "train", "time_s", 1.0, 1.0, None, source, note)
+
+    assert source_group(result("sitar-lab/NeuSight@6945927 scripts/x.json", "DP4")) == "sitar-lab/NeuSight"
+    assert source_group(result("sitar-lab/NeuSight@6945927 scripts/x.json", "1 GPU, eager")) == \
+        "sitar-lab/NeuSight, 1 GPU"
+    assert source_group(result("NVIDIA NeMo 24.12 performance summary (docs.nvidia.com/x)", "TP1 PP1")) == \
+        "NVIDIA NeMo 24.12 performance summary"

@@ -96,7 +96,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
 
 def _cluster_suites(args: argparse.Namespace, suites: tuple[str, ...]) -> int:
     """Collectives and multi-GPU end-to-end cases (gpusim.accuracy_cluster)."""
-    from gpusim.accuracy_cluster import run_communication, run_training
+    from gpusim.accuracy_cluster import run_communication, run_training, source_group
     from gpusim.measurements import load_communication_cases, load_training_cases
 
     out = {}
@@ -113,8 +113,11 @@ def _cluster_suites(args: argparse.Namespace, suites: tuple[str, ...]) -> int:
         for r in results:
             print(f"{r.case_id[:52]:<52} {r.metric:<20} {r.measured:11.4g} {r.simulated:11.4g} "
                   f"{_pct(r.signed_error_fraction):>8}  {r.note}")
-        for s in summarize(results) + summarize(results, lambda r: r.op):
-            print(f"  {s.group:<24} {s.num_cases:4d} cases  MAPE {s.mape_fraction:6.1%}  <=10% {s.within_10_fraction:4.0%}"
+        groups = summarize(results) + summarize(results, lambda r: r.op)
+        if suite == "training":
+            groups += summarize(results, source_group)
+        for s in groups:
+            print(f"  {s.group:<40} {s.num_cases:4d} cases  MAPE {s.mape_fraction:6.1%}  <=10% {s.within_10_fraction:4.0%}"
                   f"  <=25% {s.within_25_fraction:4.0%}  worst {_pct(s.worst_error_fraction)}")
         if skipped:
             print(f"  skipped {len(skipped)}: " + "; ".join(sorted({s.reason for s in skipped})))
