@@ -42,3 +42,13 @@ def test_run_set_null_unsets_a_workload_key(capsys):
     result = json.loads(capsys.readouterr().out)
     assert result["total_time_s"] > 0
     assert not any(k["op"] == "optimizer_update" for k in result["kernels"])
+
+
+def test_accuracy_all_suites_json_holds_every_suite(tmp_path):
+    path = tmp_path / "accuracy.json"
+    assert main(["accuracy", "--json", str(path)]) == 0
+    report = json.loads(path.read_text())
+    assert report["cases"] and report["summary"]["all"]["num_cases"] == len(report["cases"])
+    for suite in ("communication", "training"):
+        assert report[suite]["cases"], suite
+        assert all("signed_error_fraction" in c for c in report[suite]["cases"])

@@ -87,24 +87,36 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     suite = "kernels" if args.measurements else getattr(args, "suite", "all")
     if suite in ("communication", "training"):
         return _cluster_suites(args, (suite,))
-    rc = _kernel_suite(args)
+    rc = _kernel_suite(args, with_cluster_suites=suite == "all")
     if suite == "all" and not args.json:
         print()
         return _cluster_suites(args, ("communication", "training"))
     return rc
 
 
+def _run_cluster_suite(args: argparse.Namespace, suite: str):
+    from gpusim.accuracy_cluster import run_communication, run_training
+    from gpusim.measurements import load_communication_cases, load_training_cases
+
+    if suite == "communication":
+        return run_communication(load_communication_cases(), args.include_excluded)
+    return run_training(load_training_cases(), args.include_excluded)
+
+
+def _cluster_json(out: dict) -> dict:
+    return {suite: {"cases": [{"case_id": r.case_id, "metric": r.metric, "measured": r.measured,
+                               "simulated": r.simulated, "signed_error_fraction": r.signed_error_fraction,
+                               "note": r.note, "source": r.source} for r in res],
+                    "skipped": [s.__dict__ for s in sk]} for suite, (res, sk) in out.items()}
+
+
 def _cluster_suites(args: argparse.Namespace, suites: tuple[str, ...]) -> int:
     """Collectives and multi-GPU end-to-end cases (gpusim.accuracy_cluster)."""
-    from gpusim.accuracy_cluster import run_communication, run_training, source_group
-    from gpusim.measurements import load_communication_cases, load_training_cases
+    from gpusim.accuracy_cluster import source_group
 
     out = {}
     for suite in suites:
-        if suite == "communication":
-            results, skipped = run_communication(load_communication_cases(), args.include_excluded)
-        else:
-            results, skipped = run_training(load_training_cases(), args.include_excluded)
+        results, skipped = _run_cluster_suite(args, suite)
         out[suite] = (results, skipped)
         if args.json:
             continue
@@ -123,14 +135,13 @@ def _cluster_suites(args: argparse.Namespace, suites: tuple[str, ...]) -> int:
             print(f"  skipped {len(skipped)}: " + "; ".join(sorted({s.reason for s in skipped})))
         print()
     if args.json:
-        write_json({suite: {"cases": [{"case_id": r.case_id, "metric": r.metric, "measured": r.measured,
-                                        "simulated": r.simulated, "signed_error_fraction": r.signed_error_fraction,
-                                        "note": r.note, "source": r.source} for r in res],
-                            "skipped": [s.__dict__ for s in sk]} for suite, (res, sk) in out.items()}, args.json)
+        write_json(_cluster_json(out), args.json)
     return 0
 
 
-def _kernel_suite(args: argparse.Namespace) -> int:
+def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -> int:
+    """The single-GPU kernel cases; with ``with_cluster_suites`` the JSON also holds the
+    communication and training suites (``--suite all --json``)."""
     cases, plan_rows = _load_cases(args.measurements)
     if args.gpu:
         cases = [c for c in cases if c.gpu in args.gpu]
@@ -145,7 +156,7 @@ def _kernel_suite(args: argparse.Namespace) -> int:
     by_op = summarize(results, lambda r: f"{r.gpu}/{r.op}")
     overall = summarize(results)
     if args.json:
-        write_json({
+        payload = {
             "cases": [{"case_id": r.case_id, "gpu": r.gpu, "op": r.op, "metric": r.metric, "measured": r.measured,
                        "simulated": r.simulated, "signed_error_fraction": r.signed_error_fraction,
                        "roofline": r.roofline, "roofline_error_fraction": r.roofline_error_fraction,
@@ -153,7 +164,11 @@ def _kernel_suite(args: argparse.Namespace) -> int:
             "skipped": [s.__dict__ for s in skipped],
             "summary": {s.group: s.__dict__ for s in overall + by_kind},
             "by_gpu": {s.group: s.__dict__ for s in by_gpu},
-        }, args.json)
+        }
+        if with_cluster_suites:
+            payload.update(_cluster_json({suite: _run_cluster_suite(args, suite)
+                                          for suite in ("communication", "training")}))
+        write_json(payload, args.json)
         if args.json == "-":
             return 0
     rows = sorted(results, key=lambda r: abs(r.signed_error_fraction), reverse=True)
