@@ -21,8 +21,8 @@ from gpusim.engine.kernel import simulate_kernel
 from gpusim.engine.machine import Calibration, Machine, machine_of
 from gpusim.engine.simulate import transfer_time_s
 from gpusim.mapping import best_gemm
-from gpusim.mapping.streaming import (elementwise_launch, row_launch, scalar_row_launch, streaming_plan,
-                                     torch_layer_norm_launch)
+from gpusim.mapping.streaming import (elementwise_launch, framework_row_launch, row_launch, scalar_row_launch,
+                                     streaming_plan)
 
 STREAM_ARRAY_BYTES = 2**30
 """Array size for stream cases that do not state one (large enough that L2 plays no role)."""
@@ -162,8 +162,8 @@ def _memory_plan(case, machine: Machine):
                               bytes_written=n * eb, flop=float(n), sfu_ops=sfu, num_ctas=ctas,
                               threads_per_cta=threads, bytes_in_flight_per_thread=in_flight)
     rows, cols = case.rows, case.cols
-    if case.op == "layernorm" and case.library == "torch":
-        ctas, threads, in_flight = torch_layer_norm_launch(rows, cols, dtype)
+    if case.library == "torch":  # the framework's own kernel
+        ctas, threads, in_flight = framework_row_launch(machine, case.op, rows, cols, dtype)
     else:
         ctas, threads, in_flight = row_launch(machine, rows, cols, dtype)
     sfu = float(rows) * cols if case.op == "softmax" else 0.0

@@ -88,18 +88,22 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
     small_copies = [c for c in cases if c.gpu == gpu and not c.excluded and c.op in ("memcpy_h2d", "memcpy_d2h")
                     and c.metric == "bytes_per_s" and (c.num_bytes or COPY_BYTES) < LARGE_STREAM_BYTES]
     if len(small_copies) >= MIN_COPY_OVERHEAD_CASES:
-        fitted = replace(machine.calibration, **{f.name: f.value for f in out if f.name == "host_link_fraction"})
-        overhead = fit_host_copy_overhead_s(replace(machine, calibration=fitted), device, small_copies)
+        overhead = fit_host_copy_overhead_s(_with_fitted(machine, out, "host_link_fraction"), device, small_copies)
         out.append(FittedFactor("host_copy_overhead_s", overhead, len(small_copies),
                                 tuple(c.case_id for c in small_copies), "median gap (measured - simulated)"))
     partial = [c for c in cases if c.gpu == gpu and not c.excluded and c.op == "stream"
                and (c.occupancy_fraction or 1.0) < 1.0]
     if len(partial) >= MIN_LOADED_LATENCY_CASES:
-        fitted = replace(machine.calibration, **{f.name: f.value for f in out if f.name == "dram_bandwidth_fraction"})
-        slope = fit_loaded_latency_slope(replace(machine, calibration=fitted), device, partial)
+        slope = fit_loaded_latency_slope(_with_fitted(machine, out, "dram_bandwidth_fraction"), device, partial)
         out.append(FittedFactor("dram_loaded_latency_slope", slope, len(partial), tuple(c.case_id for c in partial),
                                 "least-error fit"))
     return out
+
+
+def _with_fitted(machine, factors: list[FittedFactor], name: str):
+    """``machine`` with the factor ``name`` of ``factors`` applied (if it was fitted)."""
+    values = {f.name: f.value for f in factors if f.name == name}
+    return replace(machine, calibration=replace(machine.calibration, **values))
 
 
 MIN_COPY_OVERHEAD_CASES = 2

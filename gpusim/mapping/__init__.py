@@ -23,7 +23,7 @@ from gpusim.mapping.gemm import (gemm_lower_bound_s, gemm_plan, output_bytes_per
                                  uses_matrix_pipe)
 from gpusim.mapping.occupancy import ctas_per_unit
 from gpusim.mapping.plan import KernelPlan, Tile
-from gpusim.mapping.streaming import elementwise_launch, row_launch, streaming_plan, torch_layer_norm_launch
+from gpusim.mapping.streaming import elementwise_launch, framework_row_launch, row_launch, streaming_plan
 
 __all__ = ["KernelPlan", "Tile", "map_op", "best_gemm", "LINK_CATEGORIES"]
 
@@ -216,8 +216,8 @@ def _streaming(machine: Machine, op) -> KernelPlan:
     sfu = 0.0
     reread = 0.0
     if hasattr(op, "rows") and hasattr(op, "cols"):
-        if kind == "layernorm" and getattr(op, "variant", "forward") == "forward" and machine.kind == "gpu":
-            ctas, threads, in_flight = torch_layer_norm_launch(op.rows, op.cols, dtype)  # the framework's kernel
+        if getattr(op, "variant", "forward") == "forward":
+            ctas, threads, in_flight = framework_row_launch(machine, kind, op.rows, op.cols, dtype)
         else:
             ctas, threads, in_flight = row_launch(machine, op.rows, op.cols, dtype)
         if kind == "softmax" and getattr(op, "variant", "forward") == "forward":

@@ -110,6 +110,14 @@ def torch_layer_norm_launch(rows: int, cols: int, dtype: str) -> tuple[int, int,
     return max(1, int(rows)), TORCH_LAYER_NORM_THREADS, 4.0 * DTYPE_BYTES[dtype]
 
 
+def framework_row_launch(machine: Machine, kind: str, rows: int, cols: int, dtype: str) -> tuple[int, int, float]:
+    """The launch a framework uses for a row kernel's forward: PyTorch's LayerNorm launch for a layer
+    norm on a GPU, :func:`row_launch` otherwise."""
+    if kind == "layernorm" and machine.kind == "gpu":
+        return torch_layer_norm_launch(rows, cols, dtype)
+    return row_launch(machine, rows, cols, dtype)
+
+
 SCALAR_ROW_MAX_THREADS = 1024
 """Block size cap of the first-generation vLLM row kernels: ``dim3 block(std::min(hidden, 1024))``."""
 
