@@ -51,5 +51,14 @@ def test_calibrate_fits_the_v100_overhead_from_the_dataset_and_the_overlay_loads
     assert loaded.calibration.host_copy_overhead_s == pytest.approx(fitted.value)
 
 
+def test_an_overlay_with_a_zero_overhead_fit_loads(tmp_path):
+    # copies no slower than the link predicts fit an overhead of 0, which must stay a valid overlay
+    from gpusim.calibration import FittedFactor
+
+    path = tmp_path / "zero.yaml"
+    path.write_text(overlay_yaml("v100_pcie_32gb", [FittedFactor("host_copy_overhead_s", 0.0, 2, ("a", "b"))], "x"))
+    assert machine_of(load_hardware(path)).calibration.host_copy_overhead_s == 0.0
+
+
 def test_gpus_without_small_copy_measurements_pay_no_overhead():
     assert machine_of(load_hardware("h100_sxm5_80gb")).calibration.host_copy_overhead_s == 0.0

@@ -292,7 +292,7 @@ class CalibrationSpec(Spec):
     """Share of the tensor-core peak the best library GEMM main loop sustains."""
     vector_efficiency_fraction: Optional[Fraction] = None
     host_link_fraction: Optional[Fraction] = None
-    host_copy_overhead_s: Optional[Seconds] = None
+    host_copy_overhead_s: Optional[SecondsOrZero] = None
     """Fixed host-side cost of one synchronous host<->device copy beyond the eager launch cost (driver
     call, DMA setup, completion and the host's wake-up), fitted to copies of several sizes; unset = 0."""
     peer_link_fraction: Optional[Fraction] = None
