@@ -83,6 +83,11 @@ def _training_workload(case):
                  f"gradient_accumulation_steps={case.grad_accum_steps}", f"parallelism.data={n}",
                  "parallelism.zero_stage=3",
                  f"activation_checkpointing={'full' if case.activation_checkpointing else 'none'}"]
+        if precision == "bf16":
+            # The BF16 tables predate the move to PyTorch 2.0 (the README's "TODO: Update tables with
+            # torch 2.0"): PyTorch 1.13 ships CUDA <= 11.8, whose libraries have no Hopper wgmma
+            # kernels. The FP8 rows needed CUDA 12 (Transformer Engine FP8 on Hopper) and run native.
+            items.append("tensor_instructions=warp_mma")
         return system, hw_over, "gpt2_large_train", items
     if case.case_id.startswith("neusight_gpt2_large_train_1024_gbs") and n == 4:
         system = "dgx_a100" if case.gpu.startswith("a100") else "dgx_h100"

@@ -363,10 +363,13 @@ def _group_per_node(gpus_per_node: int, stride: int, size: int) -> int:
     return max(1, min(size, gpus_per_node // stride))
 
 
-def _phase_times(hardware, nodes: list[OpNode], name: str) -> tuple[dict[str, float], Any]:
+def _phase_times(hardware, nodes: list[OpNode], name: str, spec) -> tuple[dict[str, float], Any]:
+    """Seconds per phase of ``nodes`` run on one GPU of ``hardware`` (``spec``: the workload's spec, for
+    the settings that apply to every kernel)."""
     from gpusim.workload.graph import chain
 
-    workload = SimpleNamespace(name=name, kind="ops", graph=WorkloadGraph(tuple(chain(nodes))), memory=None)
+    workload = SimpleNamespace(name=name, kind="ops", graph=WorkloadGraph(tuple(chain(nodes))), memory=None,
+                               spec=spec)
     result = simulate(hardware, workload, record_spans=False)
     phases: dict[str, float] = {}
     for k in result.kernels:
@@ -480,7 +483,7 @@ def _simulate_model(hardware, workload, record_spans, notes) -> SimulationResult
             nodes = training_nodes([layer], fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
                                    micro_batches=m, optimizer=spec.optimizer_name, policy=pol)
             nodes = [dataclasses.replace(n, repeat=1) if n.phase != "optimizer" else n for n in nodes]
-            unit_times[key], res = _phase_times(hardware, nodes, f"{workload.name}.{key}")
+            unit_times[key], res = _phase_times(hardware, nodes, f"{workload.name}.{key}", spec)
             unit_params[key] = float(layer.num_parameters())
             if key == "block":
                 kernels = res.kernels
@@ -530,7 +533,7 @@ def _simulate_model(hardware, workload, record_spans, notes) -> SimulationResult
                 opt /= d
             stages.append(StageModel(chunks, opt))
     else:
-        phases, res = _phase_times(hardware, list(workload.graph.nodes), workload.name)
+        phases, res = _phase_times(hardware, list(workload.graph.nodes), workload.name, spec)
         kernels = res.kernels
         params = float(workload.num_parameters)
         layers_with_params = len({n.layer for n in workload.graph.nodes if n.phase == "optimizer"}) or 1
@@ -628,7 +631,8 @@ def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, rec
     t, p = par.tensor, par.pipeline
     details = dict(workload.details)
     nodes = _inference_nodes(spec, rt, pol, spec.fusion, details)
-    rank = SimpleNamespace(name=workload.name, kind="ops", graph=WorkloadGraph(tuple(chain(nodes))), memory=None)
+    rank = SimpleNamespace(name=workload.name, kind="ops", graph=WorkloadGraph(tuple(chain(nodes))), memory=None,
+                           spec=workload.spec)
     result = simulate(hardware, rank, record_spans=record_spans)
     compute = result.total_time_s
     act = dtype_bytes(pol.activation_dtype)

@@ -25,7 +25,7 @@ import numpy as np
 import simpy
 
 from gpusim.engine.fluid import FluidSystem
-from gpusim.engine.machine import Machine
+from gpusim.engine.machine import NATIVE_ONLY_MATRIX_DTYPES, Machine
 
 if TYPE_CHECKING:
     from gpusim.mapping.plan import KernelPlan
@@ -59,7 +59,7 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
     issue_share = min(1.0, per_busiest_unit * warps / machine.num_schedulers_per_unit)
     if plan.pipe == "matrix":
         unit_rate = machine.matrix_rate_per_unit(plan.dtype) or 0.0
-        if plan.warp_mma:
+        if plan.warp_mma or not (machine.native_mma or plan.dtype in NATIVE_ONLY_MATRIX_DTYPES):
             unit_rate *= machine.warp_mma_fraction
     elif plan.pipe == "vector":
         unit_rate = machine.vector_rate_per_unit(plan.dtype) or 0.0

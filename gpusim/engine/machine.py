@@ -9,7 +9,7 @@ source) are applied here and nowhere else; without a ``calibration:`` block they
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace, field
 
 from gpusim.config.hardware import DEFAULT_L2_SET_ASSOCIATIVITY, Cpu, Gpu
 from gpusim.errors import SimulationError
@@ -32,6 +32,10 @@ class Calibration:
     dram_loaded_latency_slope: float = 0.0
     """DRAM latency under load = idle latency x (1 + slope x utilization); 0 = the idle latency."""
     source: str = "uncalibrated (datasheet values)"
+
+
+NATIVE_ONLY_MATRIX_DTYPES = frozenset({"fp8", "fp4"})
+"""Matrix inputs that Hopper-class tensor cores take only through their native instructions."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,17 @@ class Machine:
     l2_set_associativity: int = DEFAULT_L2_SET_ASSOCIATIVITY
     warp_mma_fraction: float = 1.0
     """Share of the matrix rates that warp-synchronous MMA reaches (see TensorCoreSpec)."""
+    native_mma: bool = True
+    """False when the kernels' libraries were built without this device's own tensor-core
+    instructions (see :meth:`with_warp_mma_libraries`)."""
+
+    def with_warp_mma_libraries(self) -> "Machine":
+        """The device as libraries built for an older architecture use it: every matrix kernel issues
+        warp-synchronous MMA (``warp_mma_fraction`` of the matrix rate) and none uses thread-block
+        clusters. On Hopper this is PyTorch 1.x with CUDA 11.x, whose cuBLAS has no ``wgmma`` kernels
+        (``wgmma`` and clusters arrived with PTX ISA 8.0, CUDA 12.0). FP8 matrix kernels keep the native
+        rate: a stack that runs FP8 on Hopper has those instructions."""
+        return replace(self, native_mma=False, max_cluster_size=1)
 
     # ---- derived rates (calibrated) ------------------------------------------------------
     def matrix_rate_per_unit(self, dtype: str, fp32_accumulate: bool = True) -> float | None:

@@ -74,6 +74,8 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
     if launch_mode not in LAUNCH_MODES:
         raise SimulationError(f"launch mode must be one of {', '.join(LAUNCH_MODES)}, not {launch_mode!r}")
     machine = machine_of(hardware)
+    if getattr(getattr(workload, "spec", None), "tensor_instructions", "native") == "warp_mma":
+        machine = machine.with_warp_mma_libraries()
     warnings: list[str] = list(notes)
 
     # ---- memory: does it fit? ---------------------------------------------------------------

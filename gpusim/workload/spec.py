@@ -282,6 +282,11 @@ class OpsWorkloadSpec(Spec):
     name: str = Field(min_length=1)
     description: str = ""
     ops: tuple[OpSpec, ...] = Field(min_length=1)
+    tensor_instructions: Literal["native", "warp_mma"] = "native"
+    """Which tensor-core instructions the libraries issue: ``native`` (the device's own; Hopper's
+    ``wgmma`` as CUDA 12 cuBLAS, cuDNN and FlashAttention-3 use) or ``warp_mma`` (libraries built for
+    an older architecture, e.g. PyTorch 1.x with CUDA 11.x on Hopper: warp-synchronous ``mma.sync`` at
+    the device's ``warp_mma_fraction`` of the matrix rate, no thread-block clusters)."""
     sources: dict[str, str] = Field(default_factory=dict)
 
 
@@ -347,6 +352,11 @@ class ModelWorkloadSpec(Spec):
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
     gradient_accumulation_steps: count(le=10**6) = 1
     fusion: Literal["none", "default"] = "default"
+    tensor_instructions: Literal["native", "warp_mma"] = "native"
+    """Which tensor-core instructions the libraries issue: ``native`` (the device's own; Hopper's
+    ``wgmma`` as CUDA 12 cuBLAS, cuDNN and FlashAttention-3 use) or ``warp_mma`` (libraries built for
+    an older architecture, e.g. PyTorch 1.x with CUDA 11.x on Hopper: warp-synchronous ``mma.sync`` at
+    the device's ``warp_mma_fraction`` of the matrix rate, no thread-block clusters)."""
     prompt_len: Optional[count(le=10**8)] = None
     """Inference of language models: prompt tokens per request (default config.seq_len)."""
     prompt_logits: Literal["last", "all"] = "last"
