@@ -41,7 +41,7 @@ def load_and_simulate(hardware_name: str, workload_name: str, hw_overrides: Sequ
     if hardware.kind == "system" and (workload.kind != "model" or layout.num_gpus > 1):
         from gpusim.engine.cluster import simulate_system
 
-        return hardware, simulate_system(hardware, workload, record_spans=record_spans)
+        return hardware, simulate_system(hardware, workload, launch_mode=launch_mode, record_spans=record_spans)
     notes: list[str] = []
     if layout is not None and layout.num_gpus > 1:
         # the single-device engine runs the whole graph: drop the layout so the memory footprint

@@ -87,3 +87,24 @@ def test_two_collectives_sharing_a_port_take_twice_as_long():
     chunk2 = ChunkModel(0.0, 0.0, 1, layer_comm_backward=[plan, plan])
     two = run_step(f, [StageModel([chunk2])], LayoutPlan("1f1b", 1, 1, 1)).step_s
     assert two == pytest.approx(2 * one, rel=1e-9)
+
+
+def test_collectives_replayed_from_a_cuda_graph_pay_a_graph_launch_instead_of_an_eager_one():
+    hw = load_hardware("dgx_a100")
+    eager = plan_collective("all_reduce", 8192.0, 8, fabric_of(hw))
+    graph = plan_collective("all_reduce", 8192.0, 8, fabric_of(hw, "graph"))
+    assert (eager.algorithm, eager.protocol) == (graph.algorithm, graph.protocol)
+    assert eager.time_s - graph.time_s == pytest.approx(hw.gpu.launch.kernel_launch_s
+                                                        - hw.gpu.launch.graph_kernel_launch_s)
+
+
+def test_a_tensor_parallel_decode_on_a_system_honours_the_launch_mode():
+    from gpusim.engine.cluster import simulate_system
+    from gpusim.workload import load_workload
+
+    hw = load_hardware("dgx_a100")
+    wl = load_workload("llama2_7b_inference", ["batch_size=1", "prompt_len=5", "generate_len=8", "decode_buckets=2",
+                                               "parallelism.tensor=2", "config.num_layers=2"])
+    eager, graph = simulate_system(hw, wl), simulate_system(hw, wl, launch_mode="graph")
+    assert (eager.launch_mode, graph.launch_mode) == ("eager", "graph")
+    assert graph.total_time_s < eager.total_time_s

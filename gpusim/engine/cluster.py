@@ -363,14 +363,14 @@ def _group_per_node(gpus_per_node: int, stride: int, size: int) -> int:
     return max(1, min(size, gpus_per_node // stride))
 
 
-def _phase_times(hardware, nodes: list[OpNode], name: str, spec) -> tuple[dict[str, float], Any]:
+def _phase_times(hardware, nodes: list[OpNode], name: str, spec, launch_mode: str) -> tuple[dict[str, float], Any]:
     """Seconds per phase of ``nodes`` run on one GPU of ``hardware`` (``spec``: the workload's spec, for
     the settings that apply to every kernel)."""
     from gpusim.workload.graph import chain
 
     workload = SimpleNamespace(name=name, kind="ops", graph=WorkloadGraph(tuple(chain(nodes))), memory=None,
                                spec=spec)
-    result = simulate(hardware, workload, record_spans=False)
+    result = simulate(hardware, workload, launch_mode=launch_mode, record_spans=False)
     phases: dict[str, float] = {}
     for k in result.kernels:
         phases[k.phase] = phases.get(k.phase, 0.0) + k.time_s + k.launch_gap_s
@@ -381,8 +381,8 @@ def _error(workload, key: str, message: str) -> ConfigError:
     return ConfigError(getattr(workload, "source", workload.name), key, message)
 
 
-def simulate_system(hardware, workload, *, record_spans: bool = False, notes: tuple[str, ...] = ()
-                    ) -> SimulationResult:
+def simulate_system(hardware, workload, *, launch_mode: str = "eager", record_spans: bool = False,
+                    notes: tuple[str, ...] = ()) -> SimulationResult:
     """Simulate ``workload`` on the system ``hardware`` (a loaded system description).
 
     Op lists (collectives, copies, kernels) run on the single-device timeline with collectives timed
@@ -390,24 +390,24 @@ def simulate_system(hardware, workload, *, record_spans: bool = False, notes: tu
     if hardware.kind != "system":
         raise SimulationError(f"{hardware.name} is a single device, not a system")
     if getattr(workload, "kind", "ops") != "model":
-        return _simulate_ops(hardware, workload, record_spans, notes)
-    return _simulate_model(hardware, workload, record_spans, notes)
+        return _simulate_ops(hardware, workload, launch_mode, record_spans, notes)
+    return _simulate_model(hardware, workload, launch_mode, record_spans, notes)
 
 
-def _simulate_ops(hardware, workload, record_spans, notes) -> SimulationResult:
-    result = simulate(hardware, workload, record_spans=record_spans, notes=notes)
+def _simulate_ops(hardware, workload, launch_mode, record_spans, notes) -> SimulationResult:
+    result = simulate(hardware, workload, launch_mode=launch_mode, record_spans=record_spans, notes=notes)
     collectives = [n for n in workload.graph.nodes if n.op.category == "collective"]
     extra: dict[str, Any] = {"num_gpus": hardware.num_gpus}
     if len(collectives) == 1:
         op = collectives[0].op
-        fabric = fabric_of(hardware)
+        fabric = fabric_of(hardware, launch_mode)
         plan = plan_collective(op.kind, float(op.num_bytes), int(op.num_gpus), fabric)
         extra.update(algbw_bytes_per_s=plan.algbw_bytes_per_s, busbw_bytes_per_s=plan.busbw_bytes_per_s,
                      collective_algorithm=f"{plan.algorithm}/{plan.protocol}")
     return dataclasses.replace(result, **extra)
 
 
-def _simulate_model(hardware, workload, record_spans, notes) -> SimulationResult:
+def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> SimulationResult:
     from gpusim.workload.expand import training_nodes
     from gpusim.workload.models import transformer as T
     from gpusim.workload.ops import Matmul, dtype_bytes
@@ -424,7 +424,7 @@ def _simulate_model(hardware, workload, record_spans, notes) -> SimulationResult
                      f"{p}); {hardware.name} has {hardware.num_gpus} (set num_nodes)")
     if n_gpus < hardware.num_gpus:
         warnings.append(f"the layout uses {n_gpus} of the {hardware.num_gpus} GPUs of {hardware.name}")
-    fabric = fabric_of(hardware)
+    fabric = fabric_of(hardware, launch_mode)
     gpn = hardware.num_gpus_per_node
     if t > gpn:
         warnings.append(f"tensor parallelism {t} spans nodes ({gpn} GPUs per node): its all-reduces use the network")
@@ -465,9 +465,10 @@ def _simulate_model(hardware, workload, record_spans, notes) -> SimulationResult
                                  vocab_size=math.ceil(r.vocab_size / t))
     if not training:
         if not lm:
-            result = simulate(hardware, workload, record_spans=record_spans, notes=tuple(warnings))
+            result = simulate(hardware, workload, launch_mode=launch_mode, record_spans=record_spans,
+                              notes=tuple(warnings))
             return dataclasses.replace(result, num_gpus=n_gpus)
-        return _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, record_spans)
+        return _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, launch_mode, record_spans)
 
     # ---- training: time one block, the embedding and the head on a representative GPU -----------------
     e = par.expert
@@ -483,7 +484,7 @@ def _simulate_model(hardware, workload, record_spans, notes) -> SimulationResult
             nodes = training_nodes([layer], fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
                                    micro_batches=m, optimizer=spec.optimizer_name, policy=pol)
             nodes = [dataclasses.replace(n, repeat=1) if n.phase != "optimizer" else n for n in nodes]
-            unit_times[key], res = _phase_times(hardware, nodes, f"{workload.name}.{key}", spec)
+            unit_times[key], res = _phase_times(hardware, nodes, f"{workload.name}.{key}", spec, launch_mode)
             unit_params[key] = float(layer.num_parameters())
             if key == "block":
                 kernels = res.kernels
@@ -533,7 +534,7 @@ def _simulate_model(hardware, workload, record_spans, notes) -> SimulationResult
                 opt /= d
             stages.append(StageModel(chunks, opt))
     else:
-        phases, res = _phase_times(hardware, list(workload.graph.nodes), workload.name, spec)
+        phases, res = _phase_times(hardware, list(workload.graph.nodes), workload.name, spec, launch_mode)
         kernels = res.kernels
         params = float(workload.num_parameters)
         layers_with_params = len({n.layer for n in workload.graph.nodes if n.phase == "optimizer"}) or 1
@@ -554,7 +555,7 @@ def _simulate_model(hardware, workload, record_spans, notes) -> SimulationResult
     if lm and par.zero_stage == 3 and d == 1:
         warnings.append("zero_stage 3 with data 1 shards nothing")
     stats = run_step(fabric, stages, lp, record_spans=record_spans)
-    return _training_result(hardware, workload, stats, n_gpus, m, kernels, warnings, fabric)
+    return _training_result(hardware, workload, stats, n_gpus, m, kernels, warnings, fabric, launch_mode)
 
 
 def _expert_shard(layer, e: int, Matmul):
@@ -594,8 +595,8 @@ def _fit_warning(hardware, total: float, warnings: list[str]) -> bool:
     return True
 
 
-def _training_result(hardware, workload, stats: StepStats, n_gpus: int, m: int, kernels, warnings, fabric
-                     ) -> SimulationResult:
+def _training_result(hardware, workload, stats: StepStats, n_gpus: int, m: int, kernels, warnings, fabric,
+                     launch_mode: str) -> SimulationResult:
     spec = workload.spec
     par = spec.parallelism
     ga = spec.gradient_accumulation_steps
@@ -610,7 +611,7 @@ def _training_result(hardware, workload, stats: StepStats, n_gpus: int, m: int, 
     return SimulationResult(
         hardware=hardware.name, workload=workload.name, total_time_s=step, kernels=tuple(kernels),
         peak_memory_bytes=total, memory_capacity_bytes=hardware.gpu.dram.capacity_bytes, fits_in_memory=fits,
-        launch_mode="eager", calibration_source=(hardware.gpu.calibration.source if hardware.gpu.calibration
+        launch_mode=launch_mode, calibration_source=(hardware.gpu.calibration.source if hardware.gpu.calibration
                                                  else "uncalibrated (datasheet values)"),
         step_time_s=step, samples_per_s=samples / step, tokens_per_s=(tokens / step) if tokens else None,
         mfu_fraction=model_flop / (step * peak * n_gpus) if peak > 0 else 0.0, memory=memory,
@@ -621,7 +622,8 @@ def _training_result(hardware, workload, stats: StepStats, n_gpus: int, m: int, 
     )
 
 
-def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, record_spans) -> SimulationResult:
+def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, launch_mode, record_spans
+               ) -> SimulationResult:
     from gpusim.workload.graph import chain
     from gpusim.workload.load import _inference_nodes
     from gpusim.workload.ops import dtype_bytes
@@ -633,7 +635,7 @@ def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, rec
     nodes = _inference_nodes(spec, rt, pol, spec.fusion, details)
     rank = SimpleNamespace(name=workload.name, kind="ops", graph=WorkloadGraph(tuple(chain(nodes))), memory=None,
                            spec=workload.spec)
-    result = simulate(hardware, rank, record_spans=record_spans)
+    result = simulate(hardware, rank, launch_mode=launch_mode, record_spans=record_spans)
     compute = result.total_time_s
     act = dtype_bytes(pol.activation_dtype)
     h = r.hidden_size
@@ -655,7 +657,7 @@ def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, rec
     return SimulationResult(
         hardware=hardware.name, workload=workload.name, total_time_s=total, kernels=result.kernels,
         peak_memory_bytes=footprint, memory_capacity_bytes=hardware.gpu.dram.capacity_bytes, fits_in_memory=fits,
-        launch_mode="eager", calibration_source=result.calibration_source, step_time_s=total,
+        launch_mode=launch_mode, calibration_source=result.calibration_source, step_time_s=total,
         samples_per_s=workload.samples_per_step / total,
         tokens_per_s=(workload.tokens_per_step / total) if workload.tokens_per_step else None,
         mfu_fraction=workload.model_flop_per_step / (total * peak * n_gpus) if peak > 0 else 0.0,

@@ -44,7 +44,7 @@ def transfer_time_s(machine: Machine, num_bytes: float) -> float:
             + num_bytes / machine.host_link_achievable_bytes_per_s)
 
 
-def link_time_s(op, hardware: HardwareDescription, machine: Machine) -> float | None:
+def link_time_s(op, hardware: HardwareDescription, machine: Machine, launch_mode: str = "eager") -> float | None:
     """Seconds one link op (a host copy or a collective) takes; None when it is a no-op here."""
     if op.category == "transfer":
         return transfer_time_s(machine, float(op.link_bytes()))
@@ -54,7 +54,7 @@ def link_time_s(op, hardware: HardwareDescription, machine: Machine) -> float | 
     if hardware.kind == "system" and gpus <= hardware.num_gpus:
         from gpusim.engine.collectives import fabric_of, plan_collective
 
-        return plan_collective(op.kind, float(op.num_bytes), gpus, fabric_of(hardware)).time_s
+        return plan_collective(op.kind, float(op.num_bytes), gpus, fabric_of(hardware, launch_mode)).time_s
     num_gpus = hardware.num_gpus if hardware.kind == "system" else 1
     raise SimulationError(
         f"{op.kind} across {gpus} GPUs needs a system description with at least {gpus} GPUs (e.g. dgx_h100); "
@@ -104,7 +104,7 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
         op = node.op
         if op.category in LINK_CATEGORIES:
             try:
-                seconds = link_time_s(op, hardware, machine)
+                seconds = link_time_s(op, hardware, machine, launch_mode)
             except SimulationError as exc:
                 raise SimulationError(f"{node.name}: {exc}") from None
             if seconds is not None:
