@@ -124,6 +124,57 @@ def _training_workload(case):
     return None
 
 
+INFERENCE_MODELS = {  # model column -> a built-in workload with its architecture
+    "llama2_7b": "llama2_7b_inference", "llama_7b": "llama2_7b_inference",  # LLaMA-1 7B: the same dimensions
+    "llama2_70b": "llama2_70b_inference", "llama_70b": "llama2_70b_inference",
+}
+INFERENCE_MODES = ("decode", "prefill", "serve_throughput")
+GPT_FAST_NEW_TOKENS = 200
+"""gpt-fast's ``generate.py`` default ``--max_new_tokens`` (its README's benchmarks use the defaults)."""
+
+
+def _inference_workload(case):
+    """(hardware, hardware overrides, workload name, overrides, launch mode, tokens counted) for an
+    inference row gpusim can build, else the reason it cannot.
+
+    ``decode`` rows (gpt-fast, LMDeploy) time whole generate calls, prefill included, and report generated
+    tokens per second; ``prefill`` rows (TensorRT-LLM first-token latency) time the prompt's forward
+    pass; ``serve_throughput`` rows report output tokens per second of a batch run to completion."""
+    if case.model not in INFERENCE_MODELS:
+        return f"{case.model}: no built-in workload with its architecture"
+    if case.precision in ("int8", "int4"):
+        return f"weight-only {case.precision} quantization is not modelled"
+    software = case.software or ""
+    batch = case.global_batch_size or 1
+    if case.mode == "decode":
+        prompt = case.input_tokens or 5  # gpt-fast's benchmark prompt, "Hello, my name is"
+        generate = case.output_tokens or (GPT_FAST_NEW_TOKENS if "gpt-fast" in software else None)
+        if generate is None:
+            return "generated tokens not stated"
+        counted = batch * generate
+    elif case.mode == "prefill":
+        prompt, generate, counted = case.input_tokens, 0, None
+    elif case.mode == "serve_throughput":
+        prompt, generate = case.input_tokens, case.output_tokens
+        counted = batch * (generate or 0)
+    else:
+        return f"mode {case.mode} is not an inference mode gpusim runs"
+    if not prompt or (case.mode != "prefill" and not generate):
+        return "prompt or output length not stated"
+    # torch.compile(mode="reduce-overhead") replays CUDA graphs; the C++ runtimes launch eagerly
+    launch = "graph" if "torch.compile" in software else "eager"
+    items = [f"batch_size={batch}", f"prompt_len={prompt}", f"generate_len={generate}",
+             f"precision={case.precision or 'fp16'}"]
+    if generate:
+        items.append(f"decode_buckets={min(4, generate)}")
+    tensor = int(m.group(1)) if (m := re.search(r"\bTP(\d+)\b", case.parallelism or "")) else 1
+    if tensor > 1:
+        items.append(f"parallelism.tensor={tensor}")
+        system = case.system or ("dgx_a100" if case.gpu.startswith("a100") else "dgx_h100")
+        return system, [], INFERENCE_MODELS[case.model], items, launch, counted
+    return case.gpu, [], INFERENCE_MODELS[case.model], items, launch, counted
+
+
 def _single_gpu_workload(case):
     """(hardware, workload name, overrides) for a single-GPU NeuSight row gpusim can build, else a reason."""
     if not case.case_id.startswith("neusight_"):
@@ -162,6 +213,37 @@ def _single_gpu_case(case) -> CaseResult | Skipped:
                       _time_without_optimizer(result), None, case.source, "1 GPU, eager")
 
 
+def _inference_case(case) -> CaseResult | Skipped:
+    from gpusim.engine.cluster import simulate_system
+    from gpusim.engine.simulate import simulate
+    from gpusim.workload import load_workload
+    from gpusim.workload.precision import policy as precision_policy
+
+    built = _inference_workload(case)
+    if isinstance(built, str):
+        return Skipped(case.case_id, case.gpu, built)
+    hardware, hw_over, name, items, launch, counted = built
+    try:
+        hw = load_hardware(hardware, hw_over)
+        wl = load_workload(name, items)
+        run = simulate_system if hw.kind == "system" else simulate
+        r = run(hw, wl, launch_mode=launch)
+    except Exception as exc:  # reported, not hidden
+        return Skipped(case.case_id, case.gpu, f"cannot simulate: {exc}")
+    if not r.fits_in_memory:
+        kv_dtype = wl.spec.kv_cache_dtype or precision_policy(wl.precision).activation_dtype
+        return Skipped(case.case_id, case.gpu, f"does not fit with a {kv_dtype} KV cache and the row does not state "
+                                               "its KV-cache dtype")
+    if case.metric == "time_s":
+        simulated = r.total_time_s
+    elif case.metric in ("tokens_per_s", "tokens_per_s_per_gpu") and counted:
+        simulated = counted / r.total_time_s / (r.num_gpus if case.metric == "tokens_per_s_per_gpu" else 1)
+    else:
+        return Skipped(case.case_id, case.gpu, f"metric {case.metric} not simulated for mode {case.mode}")
+    return CaseResult(case.case_id, case.gpu, case.mode, case.metric, case.measured_value, simulated, None,
+                      case.source, f"launch {launch}, {case.parallelism or '1 GPU'}")
+
+
 def source_group(result: CaseResult) -> str:
     """The reference a training case comes from (its repository or document), single-GPU rows apart."""
     name = result.source.split("@")[0].split(" (")[0]
@@ -176,6 +258,10 @@ def run_training(cases: Iterable, include_excluded: bool = False) -> tuple[list[
     for case in cases:
         if case.excluded and not include_excluded:
             skipped.append(Skipped(case.case_id, case.gpu, "excluded by the dataset"))
+            continue
+        if case.mode in INFERENCE_MODES:
+            outcome = _inference_case(case)
+            (skipped if isinstance(outcome, Skipped) else results).append(outcome)
             continue
         if (case.num_gpus or 1) <= 1:
             outcome = _single_gpu_case(case)

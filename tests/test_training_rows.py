@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from gpusim.accuracy_cluster import _training_workload
+import pytest
+
+from gpusim.accuracy_cluster import GPT_FAST_NEW_TOKENS, _inference_workload, _training_workload, run_training
+from gpusim.config.library import load_hardware
+from gpusim.engine.simulate import simulate
 from gpusim.measurements import load_training_cases
+from gpusim.workload import load_workload
 
 
 def _case(case_id: str):
@@ -45,3 +50,38 @@ def test_training_cases_group_by_reference_and_single_gpu_rows_apart():
         "sitar-lab/NeuSight, 1 GPU"
     assert source_group(result("NVIDIA NeMo 24.12 performance summary (docs.nvidia.com/x)", "TP1 PP1")) == \
         "NVIDIA NeMo 24.12 performance summary"
+
+
+def test_llm_foundry_bf16_rows_run_without_hopper_native_mma_and_fp8_rows_with_it():
+    bf16 = _training_workload(_case("llmfoundry_mpt_7b_h100_8gpu_amp_bf16"))[3]
+    fp8 = _training_workload(_case("llmfoundry_mpt_3b_h100_8gpu_amp_fp8"))[3]
+    assert "tensor_instructions=warp_mma" in bf16
+    assert not any(i.startswith("tensor_instructions") for i in fp8)
+
+
+def test_gpt_fast_decode_rows_replay_cuda_graphs_and_count_the_default_200_new_tokens():
+    hardware, _, name, items, launch, counted = _inference_workload(_case("gptfast_llama2_7b_bf16_tp4_a100"))
+    assert (hardware, name, launch, counted) == ("dgx_a100", "llama2_7b_inference", "graph", GPT_FAST_NEW_TOKENS)
+    assert {"parallelism.tensor=4", "prompt_len=5", f"generate_len={GPT_FAST_NEW_TOKENS}", "batch_size=1"} <= set(items)
+
+
+def test_first_token_rows_time_the_prompt_alone_with_eager_launches():
+    hardware, _, name, items, launch, counted = _inference_workload(
+        _case("trtllm_v0p5_llama_70b_fp8_h100_first_token_in2048_tp4"))
+    assert (hardware, name, launch, counted) == ("dgx_h100", "llama2_70b_inference", "eager", None)
+    assert {"prompt_len=2048", "generate_len=0", "precision=fp8", "parallelism.tensor=4"} <= set(items)
+
+
+def test_inference_rows_gpusim_cannot_build_say_why():
+    assert _inference_workload(_case("gptfast_llama2_7b_int8_a100")) == "weight-only int8 quantization is not modelled"
+    results, skipped = run_training([_case("trtllm_v0p9_llama_7b_fp8_h100_b896")])
+    assert not results and "does not fit with a bf16 KV cache" in skipped[0].reason
+
+
+def test_serving_throughput_counts_output_tokens_over_the_whole_batch_run():
+    case = _case("trtllm_v0p5_llama_7b_fp16_a100_static_b64")
+    (result,), _ = run_training([case])
+    workload = load_workload("llama2_7b_inference", ["batch_size=64", "prompt_len=128", "generate_len=128",
+                                                     "decode_buckets=4", "precision=fp16"])
+    total_s = simulate(load_hardware("a100_sxm4_80gb"), workload).total_time_s
+    assert result.simulated == pytest.approx(64 * 128 / total_s)
