@@ -8,7 +8,9 @@ each simulated call pays the GPU's eager host launch cost and its device-side la
 (``launch.kernel_launch_s + launch.graph_kernel_launch_s``) on top of the collective itself.
 
 Training rows whose model, layout and batch are stated are built as model workloads and run through
-:func:`gpusim.engine.cluster.simulate_system`; the rest are listed as skipped with the reason.
+:func:`gpusim.engine.cluster.simulate_system`; inference rows (decode, first-token latency, serving
+throughput) as inference workloads on their GPU or, tensor parallel, on its system, with the launch mode
+their runtime uses; the rest are listed as skipped with the reason.
 """
 
 from __future__ import annotations
