@@ -169,6 +169,9 @@ def _inference_workload(case):
              f"precision={case.precision or 'fp16'}"]
     if generate:
         items.append(f"decode_buckets={min(4, generate)}")
+    if "TensorRT-LLM" in software and case.precision == "fp8":
+        # its performance.md builds the H100 engines with --enable_fp8 --fp8_kv_cache
+        items.append("kv_cache_dtype=fp8")
     tensor = int(m.group(1)) if (m := re.search(r"\bTP(\d+)\b", case.parallelism or "")) else 1
     if tensor > 1:
         items.append(f"parallelism.tensor={tensor}")
