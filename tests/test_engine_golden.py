@@ -126,3 +126,40 @@ def test_loaded_latency_saturates_at_full_bandwidth(tiny):
                           bytes_in_flight_per_thread=in_flight)
     timing = simulate_kernel(plan, _with_loaded_latency(tiny, 3.0))
     assert timing.time_s == pytest.approx(1e-6 + 12 * 2**20 / 1e9, rel=1e-12)
+
+
+def test_small_tiles_are_capped_by_shared_memory_bandwidth(tiny):
+    # A 256 x 256 x 1024 fp16 GEMM in 64x64 tiles with 4 warps (2 x 2 warps of 32 x 32). Per step of k a
+    # CTA writes its 64 A rows and 64 B columns into shared memory and its warps read back 2 x 64 rows and
+    # 2 x 64 columns: 384 elements = 768 bytes, against 2 * 64 * 64 = 8192 FLOP. At the SM's 64 B/cycle
+    # that is 683 FLOP/cycle, below the 1024 of the tensor cores: each CTA takes 1024 * 768 B / 64 GB/s
+    # = 12.288 us, not 8.192 us of math. 16 CTAs, 7 resident per SM (registers): waves of 14 and 2.
+    fast = replace(tiny, dram_bandwidth_bytes_per_s=1e12)
+    tile = Tile(64, 64, 64, 2, 4)
+    plan = gemm_plan(fast, "gemm", "matmul", 256, 256, 1024, 1, "fp16", tile, 2.0 * 256**2 * 1024)
+    assert plan.shared_operand_bytes_per_cta == 1024 * 768
+    assert plan.grid == 16 and plan.ctas_per_unit == 3
+    per_unit = plan.ctas_per_unit
+    waves = [min(2 * per_unit, plan.grid - i) for i in range(0, plan.grid, 2 * per_unit)]
+    drain = [100e-9 + max(c * 64 * 64 * 2 / 1e12, -(-c // 2) * 64 * 64 * 2 / 64e9) for c in waves]
+    # the CTAs on one SM share its shared-memory bandwidth: a wave of c CTAs runs ceil(c / 2) per SM
+    main = [-(-c // 2) * 1024 * 768 / 64e9 for c in waves]
+    expected = len(waves) * 1e-6 + sum(drain) + sum(main)
+    assert simulate_kernel(plan, fast).time_s == pytest.approx(expected, rel=1e-9)
+    # with 128x128 tiles the same SM bandwidth feeds 1365 FLOP/cycle: the math (1024) binds again
+    big = gemm_plan(fast, "gemm", "matmul", 256, 256, 1024, 1, "fp16", Tile(128, 128, 64, 2, 4), 2.0 * 256**2 * 1024)
+    assert big.shared_operand_bytes_per_cta == 1024 * 768 * 2
+    assert 2 * 128 * 128 / (big.shared_operand_bytes_per_cta / 1024) * 64 > 1024
+
+
+def test_warpgroup_mma_reads_its_operands_once_per_warpgroup(tiny):
+    # Where the native instruction is warpgroup MMA (warp_mma_fraction < 1, Hopper wgmma), the 4 warps
+    # of a 128x128 CTA are one warpgroup that reads its 128 A rows and 128 B columns once per step of k;
+    # warp-level MMA reads each (2 x 2 warps) twice.
+    from gpusim.mapping.gemm import shared_operand_bytes_per_k
+
+    tile = Tile(128, 128, 64, 2, 4)
+    assert shared_operand_bytes_per_k(tiny, tile, 4) == 2 * 128 * 2 + 256
+    hopper_like = replace(tiny, warp_mma_fraction=0.67)
+    assert shared_operand_bytes_per_k(hopper_like, tile, 4) == 256 + 256
+    assert shared_operand_bytes_per_k(hopper_like.with_warp_mma_libraries(), tile, 4) == 2 * 128 * 2 + 256

@@ -171,6 +171,10 @@ class GpuL1Spec(Spec):
     bandwidth_bytes_per_cycle_per_sm: number(gt=0.0, le=1e5)
     latency_s: Seconds
     shared_latency_s: Seconds
+    shared_bandwidth_bytes_per_cycle_per_sm: Optional[number(gt=0.0, le=1e5)] = None
+    """Shared-memory (LDS) bandwidth where it is a separate array with its own port width (AMD CDNA);
+    omitted, the L1 bandwidth (NVIDIA's L1 and shared memory are one SRAM). It feeds the tensor
+    cores the staged GEMM tiles, which caps the math of small tiles."""
 
 
 DEFAULT_L2_SET_ASSOCIATIVITY = 16

@@ -3,8 +3,9 @@
 Per CTA, the model has
 * compute time: FLOP on its pipe at the SM's rate shared by the CTAs on the busiest SM (and limited
   by how many warps the CTAs give the SM's schedulers; warp-synchronous MMA at the device's
-  ``warp_mma_fraction`` of the matrix rate), plus transcendental ops on the SFUs (overlapped with
-  the math instead for warp-specialized kernels);
+  ``warp_mma_fraction`` of the matrix rate), and no faster than the SM's shared memory feeds the
+  tensor cores the staged tiles (which caps small tiles), plus transcendental ops on the SFUs
+  (overlapped with the math instead for warp-specialized kernels);
 * memory: bytes through L2 (all loads and stores) and the wave's DRAM bytes (L2 misses and writes)
   shared with every other active CTA as fluid flows;
 * latency: a CTA can keep only ``bytes_in_flight`` outstanding, so its request rate is at most
@@ -67,6 +68,10 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
         unit_rate = math.inf
     cta_rate = unit_rate * issue_share / per_busiest_unit
     compute_s = plan.flop_per_cta / cta_rate if plan.flop_per_cta > 0 else 0.0
+    if plan.shared_operand_bytes_per_cta > 0:
+        # the CTAs on the SM share its shared-memory bandwidth, at the SM's sustained efficiency
+        compute_s = max(compute_s, plan.shared_operand_bytes_per_cta * per_busiest_unit
+                        / machine.shared_bytes_per_s_per_unit)
     if plan.sfu_ops_per_cta > 0:
         sfu_rate = machine.sfu_ops_per_cycle * machine.unit_clock_hz * issue_share / per_busiest_unit
         sfu_s = plan.sfu_ops_per_cta / sfu_rate

@@ -65,6 +65,7 @@ class Machine:
     l1_bytes_per_cycle: float
     l1_capacity_bytes: float
     l1_latency_s: float
+    shared_bytes_per_cycle: float
     l2_capacity_bytes: float
     l2_bandwidth_bytes_per_s: float
     l2_latency_s: float
@@ -152,6 +153,12 @@ class Machine:
         return self.l1_bytes_per_cycle * self.unit_clock_hz
 
     @property
+    def shared_bytes_per_s_per_unit(self) -> float:
+        """Shared-memory bandwidth of one SM at the sustained tensor efficiency (the calibrated
+        factor is mostly the sustained clock, which the SRAM runs at too)."""
+        return self.shared_bytes_per_cycle * self.unit_clock_hz * self.calibration.tensor_efficiency_fraction
+
+    @property
     def host_link_achievable_bytes_per_s(self) -> float:
         return self.host_link_bandwidth_bytes_per_s * self.calibration.host_link_fraction
 
@@ -201,6 +208,7 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         l1_bytes_per_cycle=gpu.l1.bandwidth_bytes_per_cycle_per_sm,
         l1_capacity_bytes=gpu.sm.l1_shared_pool_bytes - min(SMALLEST_SHARED_CARVEOUT_BYTES, gpu.sm.max_shared_bytes),
         l1_latency_s=gpu.l1.latency_s,
+        shared_bytes_per_cycle=gpu.l1.shared_bandwidth_bytes_per_cycle_per_sm or gpu.l1.bandwidth_bytes_per_cycle_per_sm,
         l2_capacity_bytes=gpu.l2.capacity_bytes,
         l2_bandwidth_bytes_per_s=gpu.l2.bandwidth_bytes_per_s,
         l2_latency_s=(gpu.l2.near_latency_s + gpu.l2.far_latency_s) / 2,
@@ -250,6 +258,7 @@ def machine_from_cpu(name: str, cpu: Cpu) -> Machine:
         l1_bytes_per_cycle=cpu.l1.bandwidth_bytes_per_cycle_per_core,
         l1_capacity_bytes=cpu.l1.capacity_bytes,
         l1_latency_s=cpu.l1.latency_s,
+        shared_bytes_per_cycle=cpu.l1.bandwidth_bytes_per_cycle_per_core,
         l2_capacity_bytes=cpu.llc.capacity_bytes,
         l2_bandwidth_bytes_per_s=cpu.llc.bandwidth_bytes_per_s,
         l2_latency_s=cpu.llc.latency_s,

@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from gpusim.config.hardware import DTYPE_BYTES
-from gpusim.engine.machine import Machine
+from gpusim.engine.machine import NATIVE_ONLY_MATRIX_DTYPES, Machine
 from gpusim.mapping.occupancy import ctas_per_unit
 from gpusim.mapping.plan import KernelPlan, Tile
 
@@ -231,6 +231,21 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
                operand_l2_bytes / machine.l2_achievable_bytes_per_s)
 
 
+def shared_operand_bytes_per_k(machine: Machine, tile: Tile, warps: int, dtype: str = "bf16") -> float:
+    """Elements a CTA moves through shared memory per step of k: the A rows and B columns it stages
+    (written once) plus what its MMA issuers read back. Warp-level MMA (``mma.sync``, AMD MFMA) reads
+    each warp's rows of A and columns of B; warpgroup MMA (Hopper ``wgmma``, the native instruction
+    where ``warp_mma_fraction`` < 1, and for FP8/FP4, which have no other instruction) reads them once
+    per warpgroup of 4 warps. Issuers are laid out on the grid that reads least (warp tiles as square
+    as the tile allows)."""
+    bm, bn = tile.block_m, tile.block_n
+    native = machine.native_mma or dtype in NATIVE_ONLY_MATRIX_DTYPES
+    group = 4 if native and machine.warp_mma_fraction < 1.0 else 1
+    issuers = max(1, warps // group)
+    reads = min(bm * wn + bn * (issuers // wn) for wn in range(1, issuers + 1) if issuers % wn == 0)
+    return reads + bm + bn
+
+
 def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int, batch: int, dtype: str,
               tile: Tile, useful_flop: float, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
               b_group: int = 1, extra_c_bytes_per_element: float = 0.0,
@@ -254,6 +269,10 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
     partials = (bm * bn * 4.0 * 2) if sk > 1 else 0.0
     l2_per_cta = (bm + bn / tile.cluster) * k_iters * bk * eb + bm * bn * (ob + extra_c_bytes_per_element) + partials
     flop_per_cta = 2.0 * bm * bn * k_iters * bk
+    shared_operand = 0.0
+    if matrix and machine.kind != "cpu":
+        shared_operand = (shared_operand_bytes_per_k(machine, tile, math.ceil(threads / machine.warp_size), dtype)
+                          * k_iters * bk * eb)
     return KernelPlan(
         name=f"{name}[{tile.label()}]",
         op_kind=op_kind,
@@ -274,6 +293,7 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         useful_flop=useful_flop,
         tile=tile,
         epilogue_bytes_per_cta=bm * bn * (ob + extra_c_bytes_per_element) + partials / 2,
+        shared_operand_bytes_per_cta=shared_operand,
     )
 
 

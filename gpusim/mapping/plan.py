@@ -68,6 +68,10 @@ class KernelPlan:
     warp_mma: bool = False
     """The kernel issues warp-synchronous MMA (``mma.sync``), which reaches only the device's
     ``warp_mma_fraction`` of the matrix rate (library GEMMs use the native instructions)."""
+    shared_operand_bytes_per_cta: float = 0.0
+    """Bytes each CTA moves through its SM's shared memory to feed the matrix units: the staged A and B
+    tiles written once and read by every warp (or warpgroup) that multiplies them. The SM's
+    shared-memory bandwidth caps the math of small tiles (0: not modelled for this kernel)."""
     sfu_overlaps_math: bool = False
     """The SFU work (softmax exponentials) overlaps the matrix products (warp-specialized kernels
     with asynchronous MMA, FlashAttention-3) instead of following them."""
