@@ -85,6 +85,11 @@ def _training_workload(case):
                  f"gradient_accumulation_steps={case.grad_accum_steps}", f"parallelism.data={n}",
                  "parallelism.zero_stage=3",
                  f"activation_checkpointing={'full' if case.activation_checkpointing else 'none'}"]
+        if (case.precision or "").startswith("amp_"):
+            # Composer's FSDP mixed precision 'DEFAULT' of that time (the README's 'MP Mode' column):
+            # parameters all-gathered in FP32 (cast to 16 bits by autocast), gradients reduced in
+            # the autocast precision; 'PURE' (the plain bf16 rows) keeps everything in BF16
+            items.append("parallelism.param_gather_dtype=fp32")
         if precision == "bf16":
             # The BF16 tables predate the move to PyTorch 2.0 (the README's "TODO: Update tables with
             # torch 2.0"): PyTorch 1.13 ships CUDA <= 11.8, whose libraries have no Hopper wgmma

@@ -86,3 +86,51 @@ def test_tensor_parallel_inference_is_faster_per_token():
     one = simulate_system(hw, load_workload("llama2_7b_inference", ["parallelism.tensor=1"]))
     four = simulate_system(hw, load_workload("llama2_7b_inference", ["parallelism.tensor=4"]))
     assert four.num_gpus == 4 and four.step_time_s < one.step_time_s
+
+
+def _one_stage_zero3_step(sm_fraction: float):
+    # One GPU stage, one micro-batch of 1 s forward compute over 2 layers and no backward compute;
+    # ZeRO-3 gathers parameters in one collective that alone takes 0.4 s on the port.
+    import dataclasses
+
+    from gpusim.engine.collectives import CollectivePlan, fabric_of
+
+    fabric = dataclasses.replace(fabric_of(load_hardware("dgx_h100")), collective_sm_fraction=sm_fraction)
+    rate = fabric.intra_port_bytes_per_s
+    plan = CollectivePlan("all_gather", "ring", "Simple", 1e9, 8, 0.0, 0.4 * rate, 0.0, rate, 0.0)
+    stage = StageModel([ChunkModel(1.0, 0.0, 2, param_bytes=1e9, grad_bytes=1e9)])
+    return run_step(fabric, [stage], LayoutPlan("1f1b", 1, 1, 1, zero_stage=3, overlap=True,
+                                                dp_plan=lambda collective, nbytes: plan))
+
+
+def test_an_overlapped_collective_takes_its_sms_from_the_compute():
+    # The forward exposes the first layer's share of the gather (0.2 s), then computes while the
+    # gather runs 0.2 s more: with a quarter of the SMs held by the collective's CTAs the compute
+    # advances 0.75 x 0.2 s there, so the forward ends 0.25 x 0.2 = 0.05 s later than without.
+    free, held = _one_stage_zero3_step(0.0), _one_stage_zero3_step(0.25)
+    assert held.step_s - free.step_s == pytest.approx(0.05, rel=1e-9)
+    assert held.compute_s == pytest.approx(free.compute_s)
+    assert held.exposed_comm_s - free.exposed_comm_s == pytest.approx(0.05, rel=1e-9)
+
+
+def test_collective_sms_cost_nothing_without_overlap_and_never_speed_a_step_up():
+    hw = load_hardware("dgx_a100")
+    assert hw.intra_node.collective_channels
+    free_hw = hw.model_copy(update={"intra_node": hw.intra_node.model_copy(update={"collective_channels": None})})
+    for overlap in (True, False):
+        items = ["parallelism.data=8", "parallelism.zero_stage=3", f"parallelism.overlap_communication={overlap}"]
+        held, free = simulate_system(hw, _gpt(items)), simulate_system(free_hw, _gpt(items))
+        if overlap:
+            assert held.step_time_s > free.step_time_s
+        else:
+            assert held.step_time_s == pytest.approx(free.step_time_s, rel=1e-12)
+
+
+def test_fsdp_gathering_fp32_parameters_moves_their_bytes():
+    # ZeRO-3 per micro-batch: a forward and a backward parameter all-gather plus a gradient
+    # reduce-scatter. Gathering FP32 instead of BF16 parameters moves (4 + 4 + 2) / (2 + 2 + 2) times the bytes.
+    hw = load_hardware("dgx_h100")
+    base = ["parallelism.data=8", "parallelism.zero_stage=3"]
+    runs = [simulate_system(hw, _gpt(base + extra)) for extra in ([], ["parallelism.param_gather_dtype=fp32"])]
+    moved = [r.link_utilization["stage0.nvlink_tx"] * r.step_time_s for r in runs]
+    assert moved[1] / moved[0] == pytest.approx(10 / 6, rel=1e-6)

@@ -415,6 +415,10 @@ class IntraNodeSpec(Spec):
     in_switch_reduction: bool
     """NVLink SHARP (NVLS): the switch reduces, so all-reduce moves each byte once each way."""
     switch_latency_s: SecondsOrZero
+    collective_channels: Optional[count(le=1024)] = None
+    """CTAs a collective kernel runs on this system (the communication library's channels, NCCL's
+    'N coll channels'), each holding an SM while it runs: a collective overlapped with compute takes
+    these SMs from it. Omitted: overlapped collectives cost the compute nothing."""
 
 
 class InterNodeSpec(Spec):

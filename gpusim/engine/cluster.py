@@ -157,9 +157,40 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
     bwd_arrived = {(i, vs): env.event() for i in range(m) for vs in range(p * v)}
     stats = [{"compute": 0.0, "comm": 0.0, "bubble": 0.0, "optimizer": 0.0, "end": 0.0} for _ in range(p)]
 
+    sm_fraction = fabric.collective_sm_fraction if fabric is not None else 0.0
+    collectives_running = [0] * p
+    collectives_changed = [env.event() for _ in range(p)]
+
+    def collective_kernel(s: int, delta: int):
+        collectives_running[s] += delta
+        changed, collectives_changed[s] = collectives_changed[s], env.event()
+        changed.succeed()
+
+    def compute_for(s: int, seconds: float):
+        """Run ``seconds`` of compute on stage ``s``. While collective kernels run there they hold
+        ``sm_fraction`` of the SMs, so the compute advances at the remaining share; the extra time
+        is exposed communication."""
+        remaining = seconds
+        t0 = env.now
+        while remaining > 0:
+            rate = 1.0 - sm_fraction if collectives_running[s] else 1.0
+            start = env.now
+            done = env.timeout(remaining / rate)
+            yield done | collectives_changed[s]
+            if done.processed:
+                break
+            remaining -= (env.now - start) * rate
+        stats[s]["compute"] += seconds
+        stats[s]["comm"] += env.now - t0 - seconds
+
     def flow(plan: CollectivePlan, src: int, dst: int | None = None, label: str = ""):
-        """Run ``plan`` on the ports of stage ``src`` (and ``dst`` for a send): latency, then a fluid flow."""
+        """Run ``plan`` on the ports of stage ``src`` (and ``dst`` for a send): latency, then a fluid flow.
+        A collective's kernel holds its SMs from launch to end (point-to-point sends are copies of a few
+        CTAs and are not counted)."""
         start = env.now
+        holds_sms = sm_fraction > 0 and plan.collective != "send_recv"
+        if holds_sms:
+            collective_kernel(src, +1)
         if plan.latency_s > 0:
             yield env.timeout(plan.latency_s)
         demands: dict[str, float] = {}
@@ -176,6 +207,8 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
         if demands:
             f = fluid.add_flow(1.0, 1.0, demands, max_rate=1e30, label=label)
             yield f.done
+        if holds_sms:
+            collective_kernel(src, -1)
         if record_spans:
             track = f"stage {src} {'network' if plan.nic_bytes > 0 else 'nvlink'}"
             spans.append(Span(track, f"{plan.collective} {label}", start, env.now,
@@ -265,9 +298,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                     t1 = env.now
                     yield env.timeout(first)
                     stats[s]["comm"] += env.now - t1
-                    t1 = env.now
-                    yield env.timeout(compute)
-                    stats[s]["compute"] += compute
+                    yield from compute_for(s, compute)
                     t2 = env.now
                     yield simpy.AllOf(env, procs)
                     stats[s]["comm"] += env.now - t2
@@ -275,8 +306,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                     t1 = env.now
                     yield simpy.AllOf(env, procs)
                     stats[s]["comm"] += env.now - t1
-                    yield env.timeout(compute)
-                    stats[s]["compute"] += compute
+                    yield from compute_for(s, compute)
             elif kind == "B" and idx == last_b.get(c) and lp.dp_plan is not None and lp.zero_stage < 3 \
                     and ch.grad_bytes > 0:
                 # last micro-batch: gradients become ready layer by layer; buckets reduce as they fill
@@ -285,17 +315,15 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 per_layer = ch.grad_bytes / layers
                 bucket = 0.0
                 for _ in range(layers):
-                    yield env.timeout(compute / layers)
+                    yield from compute_for(s, compute / layers)
                     bucket += per_layer
                     if lp.overlap and bucket >= lp.bucket_bytes:
                         submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
                         bucket = 0.0
-                stats[s]["compute"] += compute
                 if bucket > 0:
                     submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
             else:
-                yield env.timeout(compute)
-                stats[s]["compute"] += compute
+                yield from compute_for(s, compute)
             if comm is not None:
                 t1 = env.now
                 yield from flow(comm, s, label="tensor/expert parallel")
@@ -508,7 +536,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         P = p * v
         per_chunk = r.num_layers // P
         stages = []
-        grad_b, weight_b = dtype_bytes(pol.grad_dtype), dtype_bytes(pol.weight_dtype)
+        grad_b = dtype_bytes(par.grad_reduce_dtype or pol.grad_dtype)
+        weight_b = dtype_bytes(par.param_gather_dtype or pol.weight_dtype)
         for s in range(p):
             chunks = []
             opt = 0.0
@@ -541,8 +570,10 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         opt = phases.get("optimizer", 0.0) / (d if par.zero_stage >= 1 else 1)
         stages = [StageModel([ChunkModel(phases.get("forward", 0.0),
                                          phases.get("backward", 0.0) + phases.get("recompute", 0.0),
-                                         layers_with_params, grad_bytes=params * dtype_bytes(pol.grad_dtype),
-                                         param_bytes=params * dtype_bytes(pol.weight_dtype))], opt)]
+                                         layers_with_params,
+                                         grad_bytes=params * dtype_bytes(par.grad_reduce_dtype or pol.grad_dtype),
+                                         param_bytes=params * dtype_bytes(par.param_gather_dtype or pol.weight_dtype))],
+                              opt)]
         m = 1
     pp_stride = t * d
     lp = LayoutPlan(

@@ -83,6 +83,8 @@ class Fabric:
     """Host cost of issuing a collective kernel."""
     nvls_fraction: float = 1.0
     """Calibration (the GPU's ``in_switch_reduction_fraction``): share of the port rate NVLS reaches."""
+    collective_sm_fraction: float = 0.0
+    """Share of the GPU's SMs a running collective kernel holds (its channels over the SM count)."""
 
     @property
     def num_gpus(self) -> int:
@@ -128,8 +130,9 @@ def fabric_of(hardware, launch_mode: str = "eager") -> Fabric:
     inter = hardware.inter_node
     nic = (inter.num_nics_per_node * inter.nic_bandwidth_bytes_per_s / hardware.num_gpus_per_node
            / inter.oversubscription * peer_fraction_net(hardware))
+    sm_fraction = min(1.0, (intra.collective_channels or 0) / gpu.num_sms)
     return Fabric(hardware.name, hardware.num_gpus_per_node, hardware.num_nodes, intra.topology, link, num_links,
-                  port, hop, intra.in_switch_reduction, nic, inter.latency_s, launch, nvls)
+                  port, hop, intra.in_switch_reduction, nic, inter.latency_s, launch, nvls, sm_fraction)
 
 
 def peer_fraction_net(hardware) -> float:

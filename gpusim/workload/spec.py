@@ -315,6 +315,12 @@ class ParallelismSpec(Spec):
     """Overlap data-parallel gradient reduction (and ZeRO-3 parameter gathers) with compute."""
     bucket_bytes: NumBytes = 25e6
     """Gradient bucket for the overlapped data-parallel reduction (PyTorch DDP's default 25 MB)."""
+    param_gather_dtype: Optional[Literal["fp32", "bf16", "fp16", "fp8"]] = None
+    """Dtype ZeRO/FSDP all-gathers parameters in (FSDP ``MixedPrecision.param_dtype``); default the
+    precision's working weights. Composer's early ``DEFAULT`` mixed precision gathered FP32."""
+    grad_reduce_dtype: Optional[Literal["fp32", "bf16", "fp16"]] = None
+    """Dtype gradients are reduced in (FSDP ``reduce_dtype``; Megatron-LM's FP32 gradient
+    all-reduce); default the precision's gradients."""
 
     @model_validator(mode="after")
     def _schedule(self) -> "ParallelismSpec":
