@@ -217,13 +217,18 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
     slots = per_unit * machine.num_units
 
     c_tile_bytes = tile.block_m * tile.block_n * output_bytes_per_element(dtype)
+    shared_s = 0.0
+    if uses_matrix_pipe(machine, dtype) and machine.kind != "cpu":
+        shared_s = (shared_operand_bytes_per_k(machine, tile, warps, dtype) * k_iters * tile.block_k
+                    * DTYPE_BYTES[dtype] / machine.shared_bytes_per_s_per_unit)
 
     def wave_s(count: int) -> float:
         on_busiest = min(per_unit, math.ceil(count / machine.num_units))
         share = min(1.0, on_busiest * warps / machine.num_schedulers_per_unit)
         # the wave's epilogue drain is at least one L2 latency plus the busiest SM storing its C tiles
         drain = machine.l2_latency_s + on_busiest * c_tile_bytes / machine.l1_bytes_per_s_per_unit
-        return machine.dram_latency_s + cta_flop * on_busiest / (rate * share) + drain
+        main = max(cta_flop / (rate * share), shared_s) * on_busiest
+        return machine.dram_latency_s + main + drain
 
     total = (grid // slots) * wave_s(slots) + (wave_s(grid % slots) if grid % slots else 0.0)
     operand_l2_bytes = grid * (tile.block_m + tile.block_n / tile.cluster) * k_iters * tile.block_k * DTYPE_BYTES[dtype]
