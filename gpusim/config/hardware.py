@@ -202,7 +202,9 @@ class GpuL2Spec(Spec):
 
 
 class LastLevelCacheSpec(Spec):
-    """A memory-side cache between L2 and DRAM (MI300X Infinity Cache)."""
+    """A memory-side cache between L2 and DRAM (MI300X Infinity Cache). On a GPU it is described and
+    reported (``gpusim hw show``) but the kernel engine does not simulate it yet: L2 misses go to DRAM.
+    On a CPU it is the shared last-level cache the engine uses as its L2."""
 
     capacity_bytes: Bytes
     bandwidth_bytes_per_s: BytesPerS
