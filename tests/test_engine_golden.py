@@ -156,10 +156,10 @@ def test_warpgroup_mma_reads_its_operands_once_per_warpgroup(tiny):
     # Where the native instruction is warpgroup MMA (warp_mma_fraction < 1, Hopper wgmma), the 4 warps
     # of a 128x128 CTA are one warpgroup that reads its 128 A rows and 128 B columns once per step of k;
     # warp-level MMA reads each (2 x 2 warps) twice.
-    from gpusim.mapping.gemm import shared_operand_bytes_per_k
+    from gpusim.mapping.gemm import shared_operand_elements_per_k
 
     tile = Tile(128, 128, 64, 2, 4)
-    assert shared_operand_bytes_per_k(tiny, tile, 4) == 2 * 128 * 2 + 256
+    assert shared_operand_elements_per_k(tiny, tile, 4) == 2 * 128 * 2 + 256
     hopper_like = replace(tiny, warp_mma_fraction=0.67)
-    assert shared_operand_bytes_per_k(hopper_like, tile, 4) == 256 + 256
-    assert shared_operand_bytes_per_k(hopper_like.with_warp_mma_libraries(), tile, 4) == 2 * 128 * 2 + 256
+    assert shared_operand_elements_per_k(hopper_like, tile, 4) == 256 + 256
+    assert shared_operand_elements_per_k(hopper_like.with_warp_mma_libraries(), tile, 4) == 2 * 128 * 2 + 256

@@ -130,7 +130,8 @@ def fabric_of(hardware, launch_mode: str = "eager") -> Fabric:
     inter = hardware.inter_node
     nic = (inter.num_nics_per_node * inter.nic_bandwidth_bytes_per_s / hardware.num_gpus_per_node
            / inter.oversubscription * peer_fraction_net(hardware))
-    sm_fraction = min(1.0, (intra.collective_channels or 0) / gpu.num_sms)
+    # a collective holds at most all SMs but one (compute CTAs still get scheduled beside it)
+    sm_fraction = min(intra.collective_channels or 0, gpu.num_sms - 1) / gpu.num_sms
     return Fabric(hardware.name, hardware.num_gpus_per_node, hardware.num_nodes, intra.topology, link, num_links,
                   port, hop, intra.in_switch_reduction, nic, inter.latency_s, launch, nvls, sm_fraction)
 

@@ -217,10 +217,7 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
     slots = per_unit * machine.num_units
 
     c_tile_bytes = tile.block_m * tile.block_n * output_bytes_per_element(dtype)
-    shared_s = 0.0
-    if uses_matrix_pipe(machine, dtype) and machine.kind != "cpu":
-        shared_s = (shared_operand_bytes_per_k(machine, tile, warps, dtype) * k_iters * tile.block_k
-                    * DTYPE_BYTES[dtype] / machine.shared_bytes_per_s_per_unit)
+    shared_s = shared_operand_bytes_per_cta(machine, dtype, tile, warps, k_iters) / machine.shared_bytes_per_s_per_unit
 
     def wave_s(count: int) -> float:
         on_busiest = min(per_unit, math.ceil(count / machine.num_units))
@@ -236,7 +233,7 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
                operand_l2_bytes / machine.l2_achievable_bytes_per_s)
 
 
-def shared_operand_bytes_per_k(machine: Machine, tile: Tile, warps: int, dtype: str = "bf16") -> float:
+def shared_operand_elements_per_k(machine: Machine, tile: Tile, warps: int, dtype: str = "bf16") -> int:
     """Elements a CTA moves through shared memory per step of k: the A rows and B columns it stages
     (written once) plus what its MMA issuers read back. Warp-level MMA (``mma.sync``, AMD MFMA) reads
     each warp's rows of A and columns of B; warpgroup MMA (Hopper ``wgmma``, the native instruction
@@ -249,6 +246,14 @@ def shared_operand_bytes_per_k(machine: Machine, tile: Tile, warps: int, dtype: 
     issuers = max(1, warps // group)
     reads = min(bm * wn + bn * (issuers // wn) for wn in range(1, issuers + 1) if issuers % wn == 0)
     return reads + bm + bn
+
+
+def shared_operand_bytes_per_cta(machine: Machine, dtype: str, tile: Tile, warps: int, k_iters: int) -> float:
+    """Shared-memory bytes a tensor-core GEMM CTA moves over its ``k_iters`` steps of ``block_k``
+    (0 for CUDA-core GEMMs and CPUs, whose operands the model does not route through shared memory)."""
+    if machine.kind == "cpu" or not uses_matrix_pipe(machine, dtype):
+        return 0.0
+    return shared_operand_elements_per_k(machine, tile, warps, dtype) * k_iters * tile.block_k * DTYPE_BYTES[dtype]
 
 
 def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int, batch: int, dtype: str,
@@ -274,10 +279,7 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
     partials = (bm * bn * 4.0 * 2) if sk > 1 else 0.0
     l2_per_cta = (bm + bn / tile.cluster) * k_iters * bk * eb + bm * bn * (ob + extra_c_bytes_per_element) + partials
     flop_per_cta = 2.0 * bm * bn * k_iters * bk
-    shared_operand = 0.0
-    if matrix and machine.kind != "cpu":
-        shared_operand = (shared_operand_bytes_per_k(machine, tile, math.ceil(threads / machine.warp_size), dtype)
-                          * k_iters * bk * eb)
+    shared_operand = shared_operand_bytes_per_cta(machine, dtype, tile, math.ceil(threads / machine.warp_size), k_iters)
     return KernelPlan(
         name=f"{name}[{tile.label()}]",
         op_kind=op_kind,
