@@ -42,3 +42,30 @@ def test_bf16_layers_have_no_casts():
     nodes = training_nodes([_layer("bf16")], fusion="default", checkpointing="none", micro_batches=1,
                            optimizer="adamw", policy=policy("bf16"))
     assert not [n for n in nodes if "fp8" in n.name]
+
+
+def test_an_fp8_kv_cache_is_read_and_written_in_one_byte_per_value():
+    # Llama-2-7B in FP16 (32 heads of 128, no GQA), batch 2, 100-token prompt, 10 decode steps in one
+    # bucket at their mean context, 100 + 5.5 + 1 keys rounded to 106. A decode step's attention reads Q
+    # (FP16) and K, V from the cache: 2 x 32 x 106 x 128 values each, 1 byte in FP8, 2 in FP16. The
+    # prompt's attention reads the K, V its projection just wrote (FP16 either way). Appending a
+    # token's K and V reads them in FP16 and writes them in the cache's dtype.
+    from gpusim.workload import load_workload
+
+    def ops(kv):
+        items = ["batch_size=2", "prompt_len=100", "generate_len=10", "decode_buckets=1"]
+        wl = load_workload("llama2_7b_inference", items + ([f"kv_cache_dtype={kv}"] if kv else []))
+        first = {}
+        for n in wl.graph.nodes:
+            first.setdefault((n.phase, n.name.split(".")[-1]), n.op)
+        return first
+
+    bf16, fp8 = ops(None), ops("fp8")
+    q_bytes = 2 * 32 * 1 * 128 * 2
+    kv_values = 2 * 32 * 106 * 128
+    assert bf16[("decode", "attention")].bytes_read() == q_bytes + 2 * kv_values * 2
+    assert fp8[("decode", "attention")].bytes_read() == q_bytes + 2 * kv_values * 1
+    assert fp8[("prefill", "attention")].bytes_read() == bf16[("prefill", "attention")].bytes_read()
+    tokens = 2 * 1
+    assert bf16[("decode", "kv_append")].num_bytes == 2 * tokens * 32 * 128 * 2
+    assert fp8[("decode", "kv_append")].num_bytes == tokens * 32 * 128 * (2 + 1)

@@ -389,13 +389,15 @@ def _inference_nodes(spec: ModelWorkloadSpec, r: T.Resolved, p: PrecisionPolicy,
     prompt = details["prompt_len"]
     lm = r.head == "lm"
     layers = T.build_layers(r, p, batch=batch, seq_q=prompt, seq_kv=prompt, training=False,
-                            logits_tokens=_logits_tokens(spec, r, batch, prompt), kv_append=lm)
+                            logits_tokens=_logits_tokens(spec, r, batch, prompt), kv_append=lm,
+                            kv_cache_dtype=spec.kv_cache_dtype)
     nodes = forward_nodes(layers, fusion=fusion, phase="prefill" if lm else "forward",
                           prefix="prefill." if lm else "")
     plan = decode_buckets(prompt, spec.generate_len, spec.decode_buckets) if spec.generate_len else []
     details["decode_buckets"] = [{"num_steps": s, "context_len": c} for s, c in plan]
     for j, (steps, context) in enumerate(plan):
         dl = T.build_layers(r, p, batch=batch, seq_q=1, seq_kv=context, training=False, logits_tokens=batch,
-                            kv_append=True, host_input=False)
+                            kv_append=True, host_input=False, kv_cache_dtype=spec.kv_cache_dtype,
+                            reads_kv_cache=True)
         nodes += forward_nodes(dl, fusion=fusion, phase="decode", prefix=f"decode{j}.", repeat=steps)
     return nodes

@@ -454,10 +454,15 @@ class Attention(Op):
     dtype: str = "bf16"
     kernel: str = "fused"
     variant: str = "forward"
+    kv_dtype: str | None = None
+    """Dtype K and V are read in when it differs from ``dtype``: a decode step reading an FP8 KV cache
+    (the kernel dequantizes in registers and multiplies in ``dtype``)."""
 
     def __post_init__(self) -> None:
         _positive(self, "batch", "heads", "seq_len_q", "seq_len_kv", "head_dim")
         _check_dtype(self, ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8"))
+        if self.kv_dtype is not None and self.kv_dtype not in ("fp32", "fp16", "bf16", "fp8"):
+            raise ValueError(f"attention: unknown kv_dtype {self.kv_dtype!r}")
         if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
             raise ValueError("attention: kv_heads must divide heads")
         if self.kernel not in ATTENTION_KERNELS:
@@ -505,7 +510,7 @@ class Attention(Op):
 
     def _kv_bytes(self) -> float:
         """K or V (one of them)."""
-        return self.batch * self.num_kv_heads * self.seq_len_kv * self.head_dim * dtype_bytes(self.dtype)
+        return self.batch * self.num_kv_heads * self.seq_len_kv * self.head_dim * dtype_bytes(self.kv_dtype or self.dtype)
 
     def _lse_bytes(self) -> float:
         return self.batch * self.heads * self.seq_len_q * STATS_BYTES

@@ -186,9 +186,12 @@ class _Ops:
 
 
 def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv: int, training: bool,
-              kv_append: bool) -> tuple[FwdOp, ...]:
+              kv_append: bool, kv_cache_dtype: str | None = None, reads_kv_cache: bool = False) -> tuple[FwdOp, ...]:
     """The forward ops of one transformer block for ``batch`` sequences of ``seq_q`` new tokens
-    attending to ``seq_kv`` keys."""
+    attending to ``seq_kv`` keys. New keys and values are appended to the KV cache in
+    ``kv_cache_dtype`` (default: the activations'); a decode step (``reads_kv_cache``) reads them
+    from it, a prompt from the projection it just ran."""
+    kv_dtype = kv_cache_dtype or p.activation_dtype
     h, H, KV, hd = r.hidden_size, r.num_heads, r.num_kv_heads, r.head_dim
     T = batch * seq_q
     o = _Ops(r, p, T, training)
@@ -198,10 +201,12 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
     if r.position_embedding == "rotary":
         o.ew("rotary", "rotary", T * (H + KV) * hd)
     if kv_append:
-        o.add("kv_append", Copy(num_bytes=2 * T * KV * hd * dtype_bytes(p.activation_dtype),
+        # read in the activations' dtype, written in the cache's (an FP8 cache quantizes on the way)
+        o.add("kv_append", Copy(num_bytes=T * KV * hd * (dtype_bytes(p.activation_dtype) + dtype_bytes(kv_dtype)),
                                 dtype=p.activation_dtype))
+    cached = kv_dtype if reads_kv_cache and kv_dtype != p.attention_dtype else None
     att = Attention(batch=batch, heads=H, kv_heads=KV, seq_len_q=seq_q, seq_len_kv=seq_kv, head_dim=hd,
-                    causal=r.causal, dtype=p.attention_dtype, kernel=r.attention_kernel)
+                    causal=r.causal, dtype=p.attention_dtype, kernel=r.attention_kernel, kv_dtype=cached)
     o.add("attention", att, recompute_group="core_attention", kept_bytes=attention_kept_bytes(att),
           attention_dropout=r.dropout > 0)
     o.linear("proj", h, H * hd, bias=r.bias)
@@ -291,11 +296,13 @@ def head_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, trainin
 
 def build_layers(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv: int, training: bool,
                  logits_tokens: int | None = None, kv_append: bool = False, host_input: bool = True,
-                 prefix: str = "") -> tuple[Layer, ...]:
+                 prefix: str = "", kv_cache_dtype: str | None = None, reads_kv_cache: bool = False
+                 ) -> tuple[Layer, ...]:
     """Embedding, ``num_layers`` identical blocks (one shared op tuple) and the head."""
     act_bytes = dtype_bytes(p.activation_dtype)
     T = batch * seq_q
-    block = block_ops(r, p, batch=batch, seq_q=seq_q, seq_kv=seq_kv, training=training, kv_append=kv_append)
+    block = block_ops(r, p, batch=batch, seq_q=seq_q, seq_kv=seq_kv, training=training, kv_append=kv_append,
+                      kv_cache_dtype=kv_cache_dtype, reads_kv_cache=reads_kv_cache)
     layers = [Layer(f"{prefix}embedding", None, embedding_ops(r, p, batch=batch, seq_q=seq_q, training=training,
                                                                host_input=host_input), T * INDEX_BYTES)]
     layer_input = T * r.hidden_size * act_bytes
