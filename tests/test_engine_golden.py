@@ -145,11 +145,14 @@ def test_small_tiles_are_capped_by_shared_memory_bandwidth(tiny):
     # the CTAs on one SM share its shared-memory bandwidth: a wave of c CTAs runs ceil(c / 2) per SM
     main = [-(-c // 2) * 1024 * 768 / 64e9 for c in waves]
     expected = len(waves) * 1e-6 + sum(drain) + sum(main)
-    assert simulate_kernel(plan, fast).time_s == pytest.approx(expected, rel=1e-9)
+    timing = simulate_kernel(plan, fast)
+    assert timing.time_s == pytest.approx(expected, rel=1e-9)
+    assert (timing.bound, timing.compute_limiter) == ("compute", "shared_memory")
     # with 128x128 tiles the same SM bandwidth feeds 1365 FLOP/cycle: the math (1024) binds again
     big = gemm_plan(fast, "gemm", "matmul", 256, 256, 1024, 1, "fp16", Tile(128, 128, 64, 2, 4), 2.0 * 256**2 * 1024)
     assert big.shared_operand_bytes_per_cta == 1024 * 768 * 2
     assert 2 * 128 * 128 / (big.shared_operand_bytes_per_cta / 1024) * 64 > 1024
+    assert simulate_kernel(big, fast).compute_limiter == "matrix"
 
 
 def test_warpgroup_mma_reads_its_operands_once_per_warpgroup(tiny):

@@ -40,6 +40,9 @@ class CtaProfile:
     dram_bytes: float
     latency_cap_rate: float
     """Max progress per second allowed by Little's law (1 / seconds per CTA)."""
+    compute_limiter: str = "matrix"
+    """What sets ``compute_s``: the ``matrix`` or ``vector`` pipe, ``shared_memory`` (feeding the
+    tensor cores), or the ``sfu`` (transcendentals)."""
 
     @property
     def max_rate(self) -> float:
@@ -52,8 +55,9 @@ class CtaProfile:
         return "compute" if compute_rate <= self.latency_cap_rate else "latency"
 
 
-def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -> tuple[float, float]:
-    """(compute seconds of one CTA, its bytes in flight) when ``count`` CTAs are resident."""
+def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -> tuple[float, float, str]:
+    """(compute seconds of one CTA, its bytes in flight, what sets the compute seconds) when ``count``
+    CTAs are resident."""
     per_busiest_unit = max(1, math.ceil(count / machine.num_units))
     per_busiest_unit = min(per_busiest_unit, plan.ctas_per_unit)
     warps = math.ceil(plan.threads_per_cta / machine.warp_size)
@@ -68,18 +72,22 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
         unit_rate = math.inf
     cta_rate = unit_rate * issue_share / per_busiest_unit
     compute_s = plan.flop_per_cta / cta_rate if plan.flop_per_cta > 0 else 0.0
+    limiter = plan.pipe
     if plan.shared_operand_bytes_per_cta > 0:
         # the CTAs on the SM share its shared-memory bandwidth, at the SM's sustained efficiency
-        compute_s = max(compute_s, plan.shared_operand_bytes_per_cta * per_busiest_unit
-                        / machine.shared_bytes_per_s_per_unit)
+        shared_s = plan.shared_operand_bytes_per_cta * per_busiest_unit / machine.shared_bytes_per_s_per_unit
+        if shared_s > compute_s:
+            compute_s, limiter = shared_s, "shared_memory"
     if plan.sfu_ops_per_cta > 0:
         sfu_rate = machine.sfu_ops_per_cycle * machine.unit_clock_hz * issue_share / per_busiest_unit
         sfu_s = plan.sfu_ops_per_cta / sfu_rate
+        if sfu_s > compute_s:
+            limiter = "sfu"
         compute_s = max(compute_s, sfu_s) if plan.sfu_overlaps_math else compute_s + sfu_s
     in_flight = plan.bytes_in_flight_per_cta
     if machine.max_bytes_in_flight_per_unit is not None:
         in_flight = min(in_flight, machine.max_bytes_in_flight_per_unit / per_busiest_unit)
-    return compute_s, in_flight
+    return compute_s, in_flight, limiter
 
 
 def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, count=1):
@@ -109,10 +117,10 @@ def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, 
 
 
 def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_cta: float) -> CtaProfile:
-    compute_s, in_flight = _cta_compute_and_in_flight(plan, machine, count)
+    compute_s, in_flight, limiter = _cta_compute_and_in_flight(plan, machine, count)
     latency_cap = float(_latency_cap_rate(in_flight, plan.l2_bytes_per_cta, dram_bytes_per_cta, machine, count))
     return CtaProfile(count=count, compute_s=compute_s, l2_bytes=plan.l2_bytes_per_cta,
-                      dram_bytes=dram_bytes_per_cta, latency_cap_rate=latency_cap)
+                      dram_bytes=dram_bytes_per_cta, latency_cap_rate=latency_cap, compute_limiter=limiter)
 
 
 def wave_drain_s(plan: KernelPlan, machine: Machine, count: int) -> float:
@@ -179,7 +187,7 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
     compute = np.empty(len(waves))
     in_flight = np.empty(len(waves))
     for count in np.unique(counts):
-        c, f = _cta_compute_and_in_flight(plan, machine, int(count))
+        c, f, _ = _cta_compute_and_in_flight(plan, machine, int(count))
         compute[counts == count], in_flight[counts == count] = c, f
     dram = waves / counts
     l2 = plan.l2_bytes_per_cta
@@ -214,6 +222,9 @@ class KernelTiming:
     dram_utilization_fraction: float
     spans: tuple[WaveSpan, ...]
     limiter_time_s: tuple[tuple[str, float], ...]
+    compute_limiter: str | None = None
+    """Of the time the CTAs' own work paced the kernel: what paced it most (``matrix`` or ``vector``
+    pipe, ``shared_memory``, ``sfu``); None if memory or latency paced every wave."""
 
 
 def _classify(limiter_time: dict[str, float], prologue_s: float) -> str:
@@ -234,6 +245,7 @@ def simulate_kernel(plan: KernelPlan, machine: Machine) -> KernelTiming:
     fluid = FluidSystem(env, {"dram": machine.dram_achievable_bytes_per_s, "l2": machine.l2_achievable_bytes_per_s})
     spans: list[WaveSpan] = []
     limiter_time: dict[str, float] = {}
+    compute_time: dict[str, float] = {}
     prologue_total = 0.0
 
     def run():
@@ -256,6 +268,8 @@ def simulate_kernel(plan: KernelPlan, machine: Machine) -> KernelTiming:
             for k, t in flow.limiter_time_s.items():
                 key = own if k == "max_rate" else k
                 limiter_time[key] = limiter_time.get(key, 0.0) + t
+                if key == "compute":
+                    compute_time[p.compute_limiter] = compute_time.get(p.compute_limiter, 0.0) + t
             main = max(flow.limiter_time_s, key=lambda k: flow.limiter_time_s[k]) if flow.limiter_time_s else own
             spans.append(WaveSpan(start, end, g.count, g.num_waves, own if main == "max_rate" else main))
 
@@ -270,4 +284,5 @@ def simulate_kernel(plan: KernelPlan, machine: Machine) -> KernelTiming:
         dram_utilization_fraction=(plan.dram_bytes / (machine.dram_bandwidth_bytes_per_s * elapsed)) if elapsed > 0 else 0.0,
         spans=tuple(spans),
         limiter_time_s=tuple(sorted(limiter_time.items())),
+        compute_limiter=max(compute_time, key=lambda k: compute_time[k]) if compute_time else None,
     )

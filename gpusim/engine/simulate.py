@@ -246,7 +246,8 @@ def _timeline(machine: Machine, items: list[_Item], paging_fraction: float, laun
             breakdown[timing.bound] += repeat * kernel_s
             breakdown["paging"] += repeat * paging_s
             breakdown["launch"] += max(0.0, gap - device_gap) + (duration - busy)
-            records.append(_record(it, start, duration, repeat, bound, it.plan.describe(), gap))
+            records.append(_record(it, start, duration, repeat, bound,
+                                   {**it.plan.describe(), "compute_limiter": timing.compute_limiter}, gap))
             if record_spans:
                 spans.append(Span("stream 0", it.plan.name, start, env.now,
                                   (("bound", bound), ("repeat", repeat))))
