@@ -114,3 +114,13 @@ def test_tile_search_bound_never_exceeds_the_tiles_time(gpu, shape):
             continue
         bound = gemm_lower_bound_s(machine, m, n, k, 1, "bf16", tile, 0.0)
         assert bound <= estimate_kernel_s(plan, machine) * (1 + 1e-12), tile
+
+
+@settings(max_examples=30, deadline=None)
+@given(m=dims, n=dims, k=dims, dtype=st.sampled_from(["fp16", "bf16", "fp8"]),
+       factor=st.floats(min_value=1.0, max_value=4.0))
+def test_more_shared_memory_bandwidth_never_slows_a_tensor_core_gemm(m, n, k, dtype, factor):
+    # The library picks the fastest tile on either machine; on the faster one every tile is at
+    # least as fast (shared memory only caps the math), so its pick is too.
+    faster = replace(MACHINE, shared_bytes_per_cycle=MACHINE.shared_bytes_per_cycle * factor)
+    assert gemm_time(faster, m, n, k, dtype)[1].time_s <= gemm_time(MACHINE, m, n, k, dtype)[1].time_s * (1 + 1e-9)
