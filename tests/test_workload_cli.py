@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from gpusim.cli import main
 
 
@@ -52,3 +54,10 @@ def test_accuracy_all_suites_json_holds_every_suite(tmp_path):
     for suite in ("communication", "training"):
         assert report[suite]["cases"], suite
         assert all("signed_error_fraction" in c for c in report[suite]["cases"])
+    # the kernel cases grouped by the reference they come from: every case in exactly one group, each
+    # group's MAPE the mean of its cases' absolute errors
+    by_source = report["by_source"]
+    assert sum(g["num_cases"] for g in by_source.values()) == len(report["cases"])
+    xla = [abs(c["signed_error_fraction"]) for c in report["cases"] if c["source"].startswith("ROCm/xla@")]
+    assert by_source["ROCm/xla"]["num_cases"] == len(xla) > 0
+    assert by_source["ROCm/xla"]["mape_fraction"] == pytest.approx(sum(xla) / len(xla))

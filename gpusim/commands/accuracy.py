@@ -151,9 +151,12 @@ def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -
                                     plan_rows=plan_rows)
     if args.plot and results:
         save_scatter(results, args.plot)
+    from gpusim.accuracy_cluster import source_group
+
     by_kind = summarize(results, op_group)
     by_gpu = summarize(results, lambda r: r.gpu)
     by_op = summarize(results, lambda r: f"{r.gpu}/{r.op}")
+    by_source = summarize(results, source_group)
     overall = summarize(results)
     if args.json:
         payload = {
@@ -164,6 +167,7 @@ def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -
             "skipped": [s.__dict__ for s in skipped],
             "summary": {s.group: s.__dict__ for s in overall + by_kind},
             "by_gpu": {s.group: s.__dict__ for s in by_gpu},
+            "by_source": {s.group: s.__dict__ for s in by_source},
         }
         if with_cluster_suites:
             payload.update(_cluster_json({suite: _run_cluster_suite(args, suite)
@@ -179,7 +183,8 @@ def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -
               f"{_pct(r.signed_error_fraction):>8} {_pct(r.roofline_error_fraction):>9}")
     print()
     header = f"{'group':<34} {'cases':>5} {'MAPE':>7} {'<=10%':>6} {'<=25%':>6} {'worst':>8}  {'roofline MAPE':>13}"
-    for title, summaries in (("by op kind", overall + by_kind), ("by GPU", by_gpu), ("by GPU and op", by_op)):
+    for title, summaries in (("by op kind", overall + by_kind), ("by GPU", by_gpu), ("by source", by_source),
+                             ("by GPU and op", by_op)):
         print(f"{title}:")
         print(header)
         for s in summaries:
