@@ -69,3 +69,16 @@ def test_an_fp8_kv_cache_is_read_and_written_in_one_byte_per_value():
     tokens = 2 * 1
     assert bf16[("decode", "kv_append")].num_bytes == 2 * tokens * 32 * 128 * 2
     assert fp8[("decode", "kv_append")].num_bytes == tokens * 32 * 128 * (2 + 1)
+
+
+def test_any_storage_format_can_hold_the_kv_cache():
+    # an INT8 or FP4 cache is read at its own width (1 and 0.5 bytes per value); no format is refused
+    from gpusim.workload import load_workload
+
+    def decode_kv_read(kv):
+        wl = load_workload("llama2_7b_inference", ["batch_size=1", "prompt_len=8", "generate_len=2",
+                                                   "decode_buckets=1", f"kv_cache_dtype={kv}"])
+        att = next(n.op for n in wl.graph.nodes if n.phase == "decode" and n.name.endswith("attention"))
+        return att.bytes_read() - att._q_bytes()
+
+    assert decode_kv_read("int8") == decode_kv_read("fp8") == 2 * decode_kv_read("fp4")

@@ -455,13 +455,13 @@ class Attention(Op):
     kernel: str = "fused"
     variant: str = "forward"
     kv_dtype: str | None = None
-    """Dtype K and V are read in when it differs from ``dtype``: a decode step reading an FP8 KV cache
-    (the kernel dequantizes in registers and multiplies in ``dtype``)."""
+    """Dtype K and V are read in when it differs from ``dtype``: a decode step reading an FP8, INT8 or
+    FP4 KV cache (the kernel dequantizes in registers and multiplies in ``dtype``)."""
 
     def __post_init__(self) -> None:
         _positive(self, "batch", "heads", "seq_len_q", "seq_len_kv", "head_dim")
         _check_dtype(self, ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8"))
-        if self.kv_dtype is not None and self.kv_dtype not in ("fp32", "fp16", "bf16", "fp8"):
+        if self.kv_dtype is not None and self.kv_dtype not in DTYPE_BYTES:
             raise ValueError(f"attention: unknown kv_dtype {self.kv_dtype!r}")
         if self.kv_heads is not None and (self.kv_heads < 1 or self.heads % self.kv_heads):
             raise ValueError("attention: kv_heads must divide heads")
