@@ -70,14 +70,22 @@ def run_communication(cases: Iterable, include_excluded: bool = False) -> tuple[
     return results, skipped
 
 
+def _system_of(case) -> str:
+    """The built-in system a multi-GPU row ran on: its stated system, with the 40 GB A100 rows on the
+    DGX A100's 320 GB version (8x A100 SXM4 40 GB), the other A100 and H100 rows on a DGX."""
+    if case.gpu == "a100_sxm4_40gb":
+        return "dgx_a100_320gb"
+    return case.system or ("dgx_a100" if case.gpu.startswith("a100") else "dgx_h100")
+
+
 def _training_workload(case):
     """(system, hardware overrides, workload name, overrides) for a case gpusim can build, else a reason."""
     par = (case.parallelism or "").upper()
     n = case.num_gpus
     if case.model in MPT_CONFIGS and case.mode == "train" and par == "FSDP FULL_SHARD" and n:
         d, layers, heads = MPT_CONFIGS[case.model]
-        system = case.system or ("dgx_a100" if case.gpu.startswith("a100") else "dgx_h100")
-        hw_over = [("num_nodes", max(1, n // 8))]  # the system's GPU (A100 40GB rows run on the 80 GB part)
+        system = _system_of(case)
+        hw_over = [("num_nodes", max(1, n // 8))]
         precision = "fp8" if "fp8" in (case.precision or "") else "bf16"
         items = [f"config.num_layers={layers}", f"config.hidden_size={d}", f"config.num_heads={heads}",
                  f"config.seq_len={case.seq_len}", f"config.vocab_size={MPT_VOCAB}", "config.bias=false",
@@ -97,7 +105,7 @@ def _training_workload(case):
             items.append("tensor_instructions=warp_mma")
         return system, hw_over, "gpt2_large_train", items
     if case.case_id.startswith("neusight_gpt2_large_train_1024_gbs") and n == 4:
-        system = "dgx_a100" if case.gpu.startswith("a100") else "dgx_h100"
+        system = _system_of(case)
         kind = par[:2].lower()
         batch = case.global_batch_size
         # Hugging Face GPT-2 in eager PyTorch 2.1: every op its own kernel, attention unfused
@@ -180,8 +188,7 @@ def _inference_workload(case):
     tensor = int(m.group(1)) if (m := re.search(r"\bTP(\d+)\b", case.parallelism or "")) else 1
     if tensor > 1:
         items.append(f"parallelism.tensor={tensor}")
-        system = case.system or ("dgx_a100" if case.gpu.startswith("a100") else "dgx_h100")
-        return system, [], INFERENCE_MODELS[case.model], items, launch, counted
+        return _system_of(case), [], INFERENCE_MODELS[case.model], items, launch, counted
     return case.gpu, [], INFERENCE_MODELS[case.model], items, launch, counted
 
 
