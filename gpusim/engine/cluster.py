@@ -460,6 +460,9 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
     m = par.microbatches or spec.gradient_accumulation_steps
     v = par.virtual_stages
     pol = precision_policy(spec.precision)
+    # bytes per parameter of the ZeRO/FSDP gathers and of the gradient reduction
+    grad_b = dtype_bytes(par.grad_reduce_dtype or pol.grad_dtype)
+    weight_b = dtype_bytes(par.param_gather_dtype or pol.weight_dtype)
     act_bytes = dtype_bytes(pol.activation_dtype)
     plans: dict[tuple, CollectivePlan] = {}
 
@@ -536,8 +539,6 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         P = p * v
         per_chunk = r.num_layers // P
         stages = []
-        grad_b = dtype_bytes(par.grad_reduce_dtype or pol.grad_dtype)
-        weight_b = dtype_bytes(par.param_gather_dtype or pol.weight_dtype)
         for s in range(p):
             chunks = []
             opt = 0.0
@@ -570,10 +571,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         opt = phases.get("optimizer", 0.0) / (d if par.zero_stage >= 1 else 1)
         stages = [StageModel([ChunkModel(phases.get("forward", 0.0),
                                          phases.get("backward", 0.0) + phases.get("recompute", 0.0),
-                                         layers_with_params,
-                                         grad_bytes=params * dtype_bytes(par.grad_reduce_dtype or pol.grad_dtype),
-                                         param_bytes=params * dtype_bytes(par.param_gather_dtype or pol.weight_dtype))],
-                              opt)]
+                                         layers_with_params, grad_bytes=params * grad_b,
+                                         param_bytes=params * weight_b)], opt)]
         m = 1
     pp_stride = t * d
     lp = LayoutPlan(

@@ -162,7 +162,7 @@ def _attention_fused(machine: Machine, op) -> KernelPlan:
     own_per_cta = (2 * block * d * eb + block * 4.0) if forward else 4 * block * d * eb
     units = heads // group
     shared_per_unit = max(0.0, op.bytes_read() + op.bytes_written() - own_per_cta * grid) / units
-    if forward:  # Q block + its output; streams K and V of the head (from an FP8 KV cache: 1 byte each)
+    if forward:  # Q block + its output; streams K and V of the head (read from a KV cache: its storage format)
         l2_per_cta = own_per_cta + 2 * streamed_len * d * DTYPE_BYTES[op.kv_dtype or dtype] * frac
     else:  # K, V block + dK, dV; streams Q, dO, O rows and read-modify-writes dQ in FP32
         l2_per_cta = own_per_cta + streamed_len * d * (3 * eb + 2 * 4) * frac
