@@ -19,7 +19,7 @@ import time
 from gpusim.config import load_hardware
 from gpusim.engine.simulate import simulate
 from gpusim.mapping import map_op
-from gpusim.mapping.gemm import _wave_dram_bytes
+from gpusim.mapping.gemm import _wave_traffic
 from gpusim.workload import load_workload
 
 CASES = [
@@ -34,7 +34,7 @@ CASES = [
 
 def run_case(hw: str, workload: str, overrides: list[str]) -> tuple[float, float, int]:
     map_op.cache_clear()
-    _wave_dram_bytes.cache_clear()
+    _wave_traffic.cache_clear()
     start = time.perf_counter()
     hardware = load_hardware(hw)
     wl = load_workload(workload, overrides)

@@ -166,3 +166,49 @@ def test_warpgroup_mma_reads_its_operands_once_per_warpgroup(tiny):
     hopper_like = replace(tiny, warp_mma_fraction=0.67)
     assert shared_operand_elements_per_k(hopper_like, tile, 4) == 256 + 256
     assert shared_operand_elements_per_k(hopper_like.with_warp_mma_libraries(), tile, 4) == 2 * 128 * 2 + 256
+
+
+def _chiplet(tiny, llc_bytes_per_s):
+    """The tiny GPU with its 1 MiB L2 split into two private 512 KiB partitions (one per SM, CTAs
+    round-robin), and, unless ``llc_bytes_per_s`` is None, a 4 MiB memory-side cache (500 ns)."""
+    if llc_bytes_per_s is None:
+        return replace(tiny, l2_private_partitions=2)
+    return replace(tiny, l2_private_partitions=2, llc_capacity_bytes=4 * 2**20,
+                   llc_bandwidth_bytes_per_s=llc_bytes_per_s, llc_latency_s=500e-9)
+
+
+def test_private_l2_partitions_reread_shared_panels(tiny):
+    # The 256 x 256 x 1024 GEMM of test_gemm_waves_and_l2_reuse (256 KiB panels, waves of 2 CTAs:
+    # tiles (0,0),(1,0) then (0,1),(1,1)). CTA i runs on partition i % 2, so both CTAs of a wave need
+    # the wave's B panel in their own L2: wave 1 reads A0, B0 | A1, B0; wave 2 finds A0 and A1 in
+    # their partitions and reads B1 twice. Without a memory-side cache every miss reads DRAM.
+    tile = Tile(128, 128, 64, 2, 4)
+    kib = 1024
+    plan = gemm_plan(_chiplet(tiny, None), "gemm", "matmul", 256, 256, 1024, 1, "fp16", tile, 2.0 * 256**2 * 1024)
+    assert plan.wave_dram_bytes == (4 * 256 * kib + 2 * 32 * kib, 2 * 256 * kib + 2 * 32 * kib)
+    assert plan.wave_llc_bytes == ()
+
+
+def test_memory_side_cache_serves_rereads_at_its_own_bandwidth(tiny):
+    # With the 4 MiB memory-side cache, the second read of B0 (wave 1) and of B1 (wave 2) hit it: DRAM
+    # moves what the shared L2 case moved (each panel once), the cache 256 KiB per wave.
+    tile = Tile(128, 128, 64, 2, 4)
+    kib = 1024
+    flop = 2.0 * 256**2 * 1024
+    drain = 100e-9 + 32 * kib / 64e9
+    fast = _chiplet(tiny, 2e9)
+    plan = gemm_plan(fast, "gemm", "matmul", 256, 256, 1024, 1, "fp16", tile, flop)
+    assert plan.wave_dram_bytes == (3 * 256 * kib + 2 * 32 * kib, 256 * kib + 2 * 32 * kib)
+    assert plan.wave_llc_bytes == (256 * kib, 256 * kib)
+    # at 2 GB/s the cache's 256 KiB per wave take 131 us beside DRAM's 852 us and 328 us: the time of
+    # the shared-L2 GEMM
+    expected = 2 * (1e-6 + drain) + (832 * kib + 320 * kib) / 1e9
+    assert simulate_kernel(plan, fast).time_s == pytest.approx(expected, rel=1e-12)
+    assert estimate_kernel_s(plan, fast) == pytest.approx(expected, rel=1e-12)
+    # at 0.1 GB/s the cache is the bottleneck of both waves: 256 KiB / 0.1 GB/s = 2.62 ms each
+    slow = _chiplet(tiny, 0.1e9)
+    plan = gemm_plan(slow, "gemm", "matmul", 256, 256, 1024, 1, "fp16", tile, flop)
+    expected = 2 * (1e-6 + drain) + 2 * 256 * kib / 0.1e9
+    assert simulate_kernel(plan, slow).time_s == pytest.approx(expected, rel=1e-12)
+    assert estimate_kernel_s(plan, slow) == pytest.approx(expected, rel=1e-12)
+    assert plan.describe()["llc_hit_bytes_per_launch"] == 2 * 256 * kib

@@ -193,6 +193,11 @@ class GpuL2Spec(Spec):
     set_associativity: count(le=1024) = DEFAULT_L2_SET_ASSOCIATIVITY
     """Ways per set; with hashed set indexing it decides how soon a working set near the capacity
     starts to miss (see gpusim.engine.machine.Machine.cyclic_l2_hit_fraction)."""
+    partitions_are_private: bool = False
+    """True when each partition caches only for its own SMs (MI300X: one 4 MB L2 per XCD) and the
+    hardware dispatches CTAs round-robin across the partitions, so CTAs that share a tile share it
+    in L2 only when they land on the same partition. False: one L2 whose partitions every SM reaches
+    (NVIDIA's near and far halves)."""
 
     @model_validator(mode="after")
     def _far_not_nearer(self) -> "GpuL2Spec":
@@ -202,9 +207,11 @@ class GpuL2Spec(Spec):
 
 
 class LastLevelCacheSpec(Spec):
-    """A memory-side cache between L2 and DRAM (MI300X Infinity Cache). On a GPU it is described and
-    reported (``gpusim hw show``) but the kernel engine does not simulate it yet: L2 misses go to DRAM.
-    On a CPU it is the shared last-level cache the engine uses as its L2."""
+    """A memory-side cache between L2 and DRAM (MI300X Infinity Cache). On a GPU the engine sends it
+    the GEMM panel reads that miss L2 after this kernel already read them (with private L2
+    partitions: one XCD re-reading what another fetched); first reads, writes, split-K partials and
+    non-GEMM kernels go to DRAM, and nothing stays in it from one kernel to the next. On a CPU it is
+    the shared last-level cache the engine uses as its L2."""
 
     capacity_bytes: Bytes
     bandwidth_bytes_per_s: BytesPerS

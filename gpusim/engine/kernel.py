@@ -6,8 +6,9 @@ Per CTA, the model has
   ``warp_mma_fraction`` of the matrix rate), and no faster than the SM's shared memory feeds the
   tensor cores the staged tiles (which caps small tiles), plus transcendental ops on the SFUs
   (overlapped with the math instead for warp-specialized kernels);
-* memory: bytes through L2 (all loads and stores) and the wave's DRAM bytes (L2 misses and writes)
-  shared with every other active CTA as fluid flows;
+* memory: bytes through L2 (all loads and stores), the wave's DRAM bytes (L2 misses and writes) and,
+  on a device with a memory-side cache, the L2 misses it serves, shared with every other active CTA
+  as fluid flows;
 * latency: a CTA can keep only ``bytes_in_flight`` outstanding, so its request rate is at most
   bytes_in_flight / average latency (Little's law); and every wave of a GEMM-like kernel first waits
   one DRAM latency to fill its pipeline (streaming kernels pay it once) and, after its main loop,
@@ -40,6 +41,8 @@ class CtaProfile:
     dram_bytes: float
     latency_cap_rate: float
     """Max progress per second allowed by Little's law (1 / seconds per CTA)."""
+    llc_bytes: float = 0.0
+    """Bytes per CTA that miss L2 and are served by the memory-side cache (not part of ``dram_bytes``)."""
     compute_limiter: str = "matrix"
     """What sets ``compute_s``: the ``matrix`` or ``vector`` pipe, ``shared_memory`` (feeding the
     tensor cores), or the ``sfu`` (transcendentals)."""
@@ -90,10 +93,11 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
     return compute_s, in_flight, limiter
 
 
-def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, count=1):
+def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, count=1, llc_bytes=0.0):
     """Little's law: a CTA with ``in_flight`` outstanding bytes completes at most in_flight / latency
-    bytes per second, the latency weighted by its L2 hit rate; as progress per second (1 = one CTA's
-    work). Works on scalars and on numpy arrays of waves.
+    bytes per second, the latency weighted by where its requests are served (L2, the memory-side
+    cache's ``llc_bytes``, DRAM); as progress per second (1 = one CTA's work). Works on scalars and on
+    numpy arrays of waves.
 
     DRAM latency grows with the load on DRAM: L = L0 (1 + s rho), rho the DRAM utilization (the
     wave's DRAM bytes per second over the achievable bandwidth) and s the calibrated
@@ -102,25 +106,32 @@ def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, 
     DRAM share of their traffic), a quadratic in R solved in closed form; a wave that saturates DRAM
     sees its latency at rho = 1."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        hit = np.clip(1.0 - dram_bytes / l2_bytes, 0.0, 1.0) if l2_bytes > 0 else np.zeros_like(dram_bytes)
-        latency = hit * machine.l2_latency_s + (1.0 - hit) * machine.dram_latency_s
+        hit = np.clip(1.0 - (dram_bytes + llc_bytes) / l2_bytes, 0.0, 1.0) if l2_bytes > 0 \
+            else np.zeros_like(dram_bytes)
+        llc = np.clip(llc_bytes / l2_bytes, 0.0, 1.0 - hit) if l2_bytes > 0 else np.zeros_like(dram_bytes)
+        llc_latency = llc * (machine.llc_latency_s or 0.0)
+        miss = 1.0 - hit - llc
+        latency = hit * machine.l2_latency_s + llc_latency + miss * machine.dram_latency_s
         traffic = np.maximum(l2_bytes, dram_bytes)
         if machine.calibration.dram_loaded_latency_slope > 0:
             bandwidth = machine.dram_achievable_bytes_per_s
             # latency = c + d R with c the idle average and d its growth per DRAM byte/s
-            d = (1.0 - hit) * (machine.loaded_dram_latency_s(1.0) - machine.dram_latency_s) / bandwidth
+            d = miss * (machine.loaded_dram_latency_s(1.0) - machine.dram_latency_s) / bandwidth
             dram_in_flight = count * in_flight * np.where(traffic > 0, dram_bytes / traffic, 0.0)
             root = np.where(d > 0, (np.sqrt(latency ** 2 + 4.0 * d * dram_in_flight) - latency) / (2.0 * d), 0.0)
             utilization = np.minimum(root, bandwidth) / bandwidth
-            latency = hit * machine.l2_latency_s + (1.0 - hit) * machine.loaded_dram_latency_s(utilization)
+            latency = hit * machine.l2_latency_s + llc_latency + miss * machine.loaded_dram_latency_s(utilization)
         return np.where((traffic > 0) & (in_flight > 0), in_flight / latency / traffic, np.inf)
 
 
-def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_cta: float) -> CtaProfile:
+def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_cta: float,
+                llc_bytes_per_cta: float = 0.0) -> CtaProfile:
     compute_s, in_flight, limiter = _cta_compute_and_in_flight(plan, machine, count)
-    latency_cap = float(_latency_cap_rate(in_flight, plan.l2_bytes_per_cta, dram_bytes_per_cta, machine, count))
+    latency_cap = float(_latency_cap_rate(in_flight, plan.l2_bytes_per_cta, dram_bytes_per_cta, machine, count,
+                                          llc_bytes_per_cta))
     return CtaProfile(count=count, compute_s=compute_s, l2_bytes=plan.l2_bytes_per_cta,
-                      dram_bytes=dram_bytes_per_cta, latency_cap_rate=latency_cap, compute_limiter=limiter)
+                      dram_bytes=dram_bytes_per_cta, latency_cap_rate=latency_cap, compute_limiter=limiter,
+                      llc_bytes=llc_bytes_per_cta)
 
 
 def wave_drain_s(plan: KernelPlan, machine: Machine, count: int) -> float:
@@ -147,6 +158,8 @@ class WaveGroup:
     """The waves' pipeline fills (one DRAM latency per GEMM-like wave; a streaming kernel's once)."""
     drain_s: float = 0.0
     """The waves' epilogue drains (see wave_drain_s)."""
+    llc_bytes_per_cta: float = 0.0
+    """L2 misses served by the memory-side cache, per CTA."""
 
 
 def wave_groups(plan: KernelPlan, machine: Machine) -> list[WaveGroup]:
@@ -159,18 +172,21 @@ def wave_groups(plan: KernelPlan, machine: Machine) -> list[WaveGroup]:
     remaining = plan.grid
     i = 0
     waves = plan.wave_dram_bytes
+    llc = plan.wave_llc_bytes or (0.0,) * len(waves)
     while i < len(waves):
         count = min(slots, remaining)
         run = 1
         while (i + run < len(waves) and remaining - run * slots >= slots
-               and abs(waves[i + run] - waves[i]) <= 1e-9 * max(1.0, waves[i])):
+               and abs(waves[i + run] - waves[i]) <= 1e-9 * max(1.0, waves[i])
+               and abs(llc[i + run] - llc[i]) <= 1e-9 * max(1.0, llc[i])):
             run += 1
         if plan.prologue_per_wave:
             prologue = machine.dram_latency_s * run
         else:
             prologue = machine.dram_latency_s if i == 0 else 0.0
         dram_per_cta = sum(waves[i:i + run]) / (count * run)
-        groups.append(WaveGroup(i, run, count, dram_per_cta, prologue, wave_drain_s(plan, machine, count) * run))
+        groups.append(WaveGroup(i, run, count, dram_per_cta, prologue, wave_drain_s(plan, machine, count) * run,
+                                sum(llc[i:i + run]) / (count * run)))
         remaining -= count * run
         i += run
     return groups
@@ -190,11 +206,14 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
         c, f, _ = _cta_compute_and_in_flight(plan, machine, int(count))
         compute[counts == count], in_flight[counts == count] = c, f
     dram = waves / counts
+    llc = np.asarray(plan.wave_llc_bytes or np.zeros(len(waves)), dtype=np.float64) / counts
     l2 = plan.l2_bytes_per_cta
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(compute > 0, 1.0 / compute, np.inf)
-        rate = np.minimum(rate, _latency_cap_rate(in_flight, l2, dram, machine, counts))
+        rate = np.minimum(rate, _latency_cap_rate(in_flight, l2, dram, machine, counts, llc))
         rate = np.minimum(rate, np.where(dram > 0, machine.dram_achievable_bytes_per_s / (counts * dram), np.inf))
+        if plan.wave_llc_bytes:
+            rate = np.minimum(rate, np.where(llc > 0, machine.llc_achievable_bytes_per_s / (counts * llc), np.inf))
         if l2 > 0:
             rate = np.minimum(rate, machine.l2_achievable_bytes_per_s / (counts * l2))
         seconds = np.where(rate > 0, 1.0 / rate, np.inf)
@@ -242,7 +261,10 @@ def _classify(limiter_time: dict[str, float], prologue_s: float) -> str:
 def simulate_kernel(plan: KernelPlan, machine: Machine) -> KernelTiming:
     """Run one kernel alone on the device in a SimPy environment of its own."""
     env = simpy.Environment()
-    fluid = FluidSystem(env, {"dram": machine.dram_achievable_bytes_per_s, "l2": machine.l2_achievable_bytes_per_s})
+    resources = {"dram": machine.dram_achievable_bytes_per_s, "l2": machine.l2_achievable_bytes_per_s}
+    if plan.wave_llc_bytes:
+        resources["llc"] = machine.llc_achievable_bytes_per_s
+    fluid = FluidSystem(env, resources)
     spans: list[WaveSpan] = []
     limiter_time: dict[str, float] = {}
     compute_time: dict[str, float] = {}
@@ -254,10 +276,10 @@ def simulate_kernel(plan: KernelPlan, machine: Machine) -> KernelTiming:
             if g.prologue_s > 0:
                 prologue_total += g.prologue_s
                 yield env.timeout(g.prologue_s)
-            p = cta_profile(plan, machine, g.count, g.dram_bytes_per_cta)
+            p = cta_profile(plan, machine, g.count, g.dram_bytes_per_cta, g.llc_bytes_per_cta)
             start = env.now
             flow = fluid.add_flow(count=g.count, work=float(g.num_waves),
-                                  demands={"dram": p.dram_bytes, "l2": p.l2_bytes},
+                                  demands={"dram": p.dram_bytes, "l2": p.l2_bytes, "llc": p.llc_bytes},
                                   max_rate=p.max_rate, label=f"wave{g.first_wave}")
             yield flow.done
             end = env.now

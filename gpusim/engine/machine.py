@@ -84,6 +84,10 @@ class Machine:
     max_bytes_in_flight_per_unit: float | None = None
     """CPU cores: the miss-queue limit; GPUs: None (their limit comes from each CTA's plan)."""
     l2_set_associativity: int = DEFAULT_L2_SET_ASSOCIATIVITY
+    llc_latency_s: float | None = None
+    l2_private_partitions: int = 1
+    """L2 partitions that each cache only for their own SMs, CTAs dispatched round-robin across
+    them (MI300X: 8, one per XCD); 1 = one L2 that every SM shares."""
     warp_mma_fraction: float = 1.0
     """Share of the matrix rates that warp-synchronous MMA reaches (see TensorCoreSpec)."""
     native_mma: bool = True
@@ -149,6 +153,11 @@ class Machine:
         return self.l2_bandwidth_bytes_per_s * self.calibration.l2_bandwidth_fraction
 
     @property
+    def llc_achievable_bytes_per_s(self) -> float:
+        """The memory-side cache at the L2's calibrated share of its peak (it is SRAM like the L2)."""
+        return (self.llc_bandwidth_bytes_per_s or 0.0) * self.calibration.l2_bandwidth_fraction
+
+    @property
     def l1_bytes_per_s_per_unit(self) -> float:
         return self.l1_bytes_per_cycle * self.unit_clock_hz
 
@@ -210,6 +219,7 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         l1_latency_s=gpu.l1.latency_s,
         shared_bytes_per_cycle=gpu.l1.shared_bandwidth_bytes_per_cycle_per_sm or gpu.l1.bandwidth_bytes_per_cycle_per_sm,
         l2_capacity_bytes=gpu.l2.capacity_bytes,
+        l2_private_partitions=gpu.l2.num_partitions if gpu.l2.partitions_are_private else 1,
         l2_bandwidth_bytes_per_s=gpu.l2.bandwidth_bytes_per_s,
         l2_latency_s=(gpu.l2.near_latency_s + gpu.l2.far_latency_s) / 2,
         dram_capacity_bytes=gpu.dram.capacity_bytes,
@@ -217,6 +227,7 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         dram_latency_s=gpu.dram.latency_s,
         llc_capacity_bytes=gpu.llc.capacity_bytes if gpu.llc else None,
         llc_bandwidth_bytes_per_s=gpu.llc.bandwidth_bytes_per_s if gpu.llc else None,
+        llc_latency_s=gpu.llc.latency_s if gpu.llc else None,
         host_link_bandwidth_bytes_per_s=gpu.host_link.bandwidth_bytes_per_s,
         host_link_latency_s=gpu.host_link.latency_s,
         host_memory_bytes=gpu.host_link.host_memory_bytes,

@@ -29,35 +29,45 @@ def uses_matrix_pipe(machine: Machine, dtype: str) -> bool:
     return machine.matrix_rate_per_unit(dtype) is not None
 
 
-def wave_dram_bytes(machine: Machine, m: int, n: int, k: int, batch: int, tile: Tile, in_bytes: float,
-                    out_bytes: float, slots: int, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
-                    b_group: int = 1, extra_c_bytes_per_element: float = 0.0) -> tuple[float, ...]:
-    return _wave_dram_bytes(machine.l2_capacity_bytes, m, n, k, batch, tile.block_m, tile.block_n, tile.split_k,
-                            tile.swizzle, in_bytes, out_bytes, slots, a_unique_fraction, b_unique_fraction,
-                            b_group, extra_c_bytes_per_element)
+def wave_traffic(machine: Machine, m: int, n: int, k: int, batch: int, tile: Tile, in_bytes: float,
+                 out_bytes: float, slots: int, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
+                 b_group: int = 1, extra_c_bytes_per_element: float = 0.0
+                 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(DRAM bytes, memory-side-cache hit bytes) of each wave: see :func:`_wave_traffic`."""
+    return _wave_traffic(machine.l2_capacity_bytes, m, n, k, batch, tile.block_m, tile.block_n, tile.split_k,
+                         tile.swizzle, in_bytes, out_bytes, slots, a_unique_fraction, b_unique_fraction, b_group,
+                         extra_c_bytes_per_element, machine.l2_private_partitions, machine.llc_capacity_bytes or 0.0)
 
 
 @functools.lru_cache(maxsize=4096)
-def _wave_dram_bytes(capacity: float, m: int, n: int, k: int, batch: int, bm: int, bn: int, sk: int, swizzle: int,
-                     in_bytes: float, out_bytes: float, slots: int, a_unique_fraction: float,
-                     b_unique_fraction: float, b_group: int, extra_c_bytes_per_element: float) -> tuple[float, ...]:
-    """DRAM bytes per wave of ``slots`` concurrently resident CTAs.
+def _wave_traffic(capacity: float, m: int, n: int, k: int, batch: int, bm: int, bn: int, sk: int, swizzle: int,
+                  in_bytes: float, out_bytes: float, slots: int, a_unique_fraction: float,
+                  b_unique_fraction: float, b_group: int, extra_c_bytes_per_element: float,
+                  private_partitions: int = 1, llc_capacity: float = 0.0
+                  ) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """DRAM bytes and memory-side-cache (LLC) hit bytes per wave of ``slots`` concurrently resident CTAs.
 
     CTAs are issued batch by batch, split-K slice by slice, tiles in a swizzled raster (groups of
-    ``tile.swizzle`` row-blocks). The A row-panels and B column-panels a wave needs are read from DRAM
-    once per wave unless an earlier wave left them in L2 (least-recently-used, L2 capacity); the CTAs of
-    a wave that share a panel hit in L2. C tiles are written once. ``b_group`` consecutive batch
-    entries share one B matrix (a weight shared by a batch; grouped-query attention). The unique
-    fractions scale panels whose DRAM bytes are smaller than the GEMM view (implicit-GEMM convolution
-    reads each input pixel once, not once per filter tap).
+    ``tile.swizzle`` row-blocks). The A row-panels and B column-panels a wave needs are read once per
+    wave unless an earlier wave left them in L2 (least-recently-used, L2 capacity); the CTAs of a wave
+    that share a panel hit in L2. With ``private_partitions`` > 1 the CTAs go round-robin to L2
+    partitions that each cache only their own CTAs' panels (capacity split evenly), so CTAs that
+    share a panel share it in L2 only on the same partition. An L2 miss on a panel that this kernel
+    already read and that is still in the memory-side cache (``llc_capacity`` > 0, LRU) is an LLC
+    hit; every other miss reads DRAM (a kernel's inputs are not assumed resident from earlier
+    kernels). C tiles are written once, to DRAM. ``b_group`` consecutive batch entries share one B
+    matrix (a weight shared by a batch; grouped-query attention). The unique fractions scale panels
+    whose DRAM bytes are smaller than the GEMM view (implicit-GEMM convolution reads each input pixel
+    once, not once per filter tap).
     """
     k_len = math.ceil(k / sk)
     # Each CTA writes its share of C; with split-K it also writes FP32 partials that are read back.
     c_bytes_per_element = (out_bytes + extra_c_bytes_per_element) / sk + (8.0 if sk > 1 else 0.0)
     waves = _compiled_lru_wave_traffic()(m, n, batch, bm, bn, sk, swizzle, k_len * in_bytes * a_unique_fraction,
-                              k_len * in_bytes * b_unique_fraction, max(1, b_group), c_bytes_per_element,
-                              int(slots), float(capacity))
-    return tuple(float(w) for w in waves)
+                                         k_len * in_bytes * b_unique_fraction, max(1, b_group), c_bytes_per_element,
+                                         int(slots), float(capacity), max(1, int(private_partitions)),
+                                         float(llc_capacity))
+    return tuple(float(w) for w in waves[0]), tuple(float(w) for w in waves[1])
 
 
 @functools.cache
@@ -70,9 +80,11 @@ def _compiled_lru_wave_traffic():
 
 
 def _lru_wave_traffic(m, n, batch, bm, bn, sk, swizzle, a_bytes_per_row, b_bytes_per_col, b_group,
-                      c_bytes_per_element, slots, capacity):  # pragma: no cover (compiled)
-    """DRAM bytes per wave: CTAs in issue order (batch, split-K slice, swizzled tile raster), whole
-    A row-panels and B column-panels cached in an LRU list of panel ids (a doubly linked list)."""
+                      c_bytes_per_element, slots, capacity, parts, llc_capacity):  # pragma: no cover (compiled)
+    """Per wave, [DRAM bytes, LLC hit bytes]: CTAs in issue order (batch, split-K slice, swizzled tile
+    raster), CTA i on L2 partition i % parts. Each cache (the ``parts`` L2 partitions, then the LLC
+    as cache number ``parts``) holds whole A row-panels and B column-panels in an LRU list of panel
+    ids (a doubly linked list per cache)."""
     mt = (m + bm - 1) // bm
     nt = (n + bn - 1) // bn
     tiles = mt * nt
@@ -80,18 +92,21 @@ def _lru_wave_traffic(m, n, batch, bm, bn, sk, swizzle, a_bytes_per_row, b_bytes
     num_a = batch * sk * mt
     num_panels = num_a + ((batch + b_group - 1) // b_group) * sk * nt
     num_waves = (total + slots - 1) // slots
-    out = np.zeros(num_waves)
-    prev = np.full(num_panels, -1, np.int64)
-    nxt = np.full(num_panels, -1, np.int64)
-    cached = np.zeros(num_panels, np.bool_)
+    out = np.zeros((2, num_waves))
+    caches = parts + 1
+    cap = np.full(caches, capacity / parts)
+    cap[parts] = llc_capacity
+    prev = np.full((caches, num_panels), -1, np.int64)
+    nxt = np.full((caches, num_panels), -1, np.int64)
+    cached = np.zeros((caches, num_panels), np.bool_)
+    seen = np.full((parts, num_panels), -1, np.int64)
     size_of = np.zeros(num_panels)
-    seen = np.full(num_panels, -1, np.int64)
-    head = -1  # most recently used
-    tail = -1  # least recently used
-    used = 0.0
+    head = np.full(caches, -1, np.int64)  # most recently used
+    tail = np.full(caches, -1, np.int64)  # least recently used
+    used = np.zeros(caches)
     for w in range(num_waves):
-        traffic = 0.0
         for i in range(w * slots, min(total, (w + 1) * slots)):
+            part = i % parts
             b = i // (sk * tiles)
             ks = (i // tiles) % sk
             u = i % tiles
@@ -100,7 +115,7 @@ def _lru_wave_traffic(m, n, batch, bm, bn, sk, swizzle, a_bytes_per_row, b_bytes
             within = u % (swizzle * nt)
             row = first_row + within % rows_in_group
             col = within // rows_in_group
-            traffic += min(bm, m - row * bm) * min(bn, n - col * bn) * c_bytes_per_element
+            out[0, w] += min(bm, m - row * bm) * min(bn, n - col * bn) * c_bytes_per_element
             for j in range(2):
                 if j == 0:
                     pid = (b * sk + ks) * mt + row
@@ -108,38 +123,48 @@ def _lru_wave_traffic(m, n, batch, bm, bn, sk, swizzle, a_bytes_per_row, b_bytes
                 else:
                     pid = num_a + ((b // b_group) * sk + ks) * nt + col
                     size = min(bn, n - col * bn) * b_bytes_per_col
-                if seen[pid] == w:
+                if seen[part, pid] == w:
                     continue
-                seen[pid] = w
-                if cached[pid]:  # unlink; it moves to the front below
-                    if prev[pid] != -1:
-                        nxt[prev[pid]] = nxt[pid]
+                seen[part, pid] = w
+                size_of[pid] = size
+                for level in range(2):  # the CTA's L2 partition, then the LLC
+                    c = part if level == 0 else parts
+                    if level == 1 and llc_capacity <= 0:
+                        out[0, w] += size
+                        break
+                    hit = cached[c, pid]
+                    if hit:  # unlink; it moves to the front below
+                        if prev[c, pid] != -1:
+                            nxt[c, prev[c, pid]] = nxt[c, pid]
+                        else:
+                            head[c] = nxt[c, pid]
+                        if nxt[c, pid] != -1:
+                            prev[c, nxt[c, pid]] = prev[c, pid]
+                        else:
+                            tail[c] = prev[c, pid]
                     else:
-                        head = nxt[pid]
-                    if nxt[pid] != -1:
-                        prev[nxt[pid]] = prev[pid]
-                    else:
-                        tail = prev[pid]
-                else:
-                    traffic += size
-                    cached[pid] = True
-                    size_of[pid] = size
-                    used += size
-                prev[pid] = -1
-                nxt[pid] = head
-                if head != -1:
-                    prev[head] = pid
-                head = pid
-                if tail == -1:
-                    tail = pid
-                while used > capacity and tail != -1 and tail != head:
-                    old = tail
-                    tail = prev[old]
-                    nxt[tail] = -1
-                    prev[old] = -1
-                    cached[old] = False
-                    used -= size_of[old]
-        out[w] = traffic
+                        cached[c, pid] = True
+                        used[c] += size
+                    prev[c, pid] = -1
+                    nxt[c, pid] = head[c]
+                    if head[c] != -1:
+                        prev[c, head[c]] = pid
+                    head[c] = pid
+                    if tail[c] == -1:
+                        tail[c] = pid
+                    while used[c] > cap[c] and tail[c] != -1 and tail[c] != head[c]:
+                        old = tail[c]
+                        tail[c] = prev[c, old]
+                        nxt[c, tail[c]] = -1
+                        prev[c, old] = -1
+                        cached[c, old] = False
+                        used[c] -= size_of[old]
+                    if hit:
+                        if level == 1:
+                            out[1, w] += size
+                        break
+                    if level == 1:
+                        out[0, w] += size
     return out
 
 
@@ -274,8 +299,8 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
     threads, registers, shared, in_flight, per_unit, limiter = resources
     grid = batch * sk * math.ceil(m / bm) * math.ceil(n / bn)
     slots = per_unit * machine.num_units
-    waves = wave_dram_bytes(machine, m, n, k, batch, tile, eb, ob, slots, a_unique_fraction, b_unique_fraction,
-                            b_group, extra_c_bytes_per_element)
+    waves, llc_waves = wave_traffic(machine, m, n, k, batch, tile, eb, ob, slots, a_unique_fraction,
+                                    b_unique_fraction, b_group, extra_c_bytes_per_element)
     partials = (bm * bn * 4.0 * 2) if sk > 1 else 0.0
     l2_per_cta = (bm + bn / tile.cluster) * k_iters * bk * eb + bm * bn * (ob + extra_c_bytes_per_element) + partials
     flop_per_cta = 2.0 * bm * bn * k_iters * bk
@@ -299,6 +324,7 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         prologue_per_wave=True,
         useful_flop=useful_flop,
         tile=tile,
+        wave_llc_bytes=llc_waves if any(llc_waves) else (),
         epilogue_bytes_per_cta=bm * bn * (ob + extra_c_bytes_per_element) + partials / 2,
         shared_operand_bytes_per_cta=shared_operand,
     )

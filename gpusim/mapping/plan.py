@@ -75,6 +75,9 @@ class KernelPlan:
     sfu_overlaps_math: bool = False
     """The SFU work (softmax exponentials) overlaps the matrix products (warp-specialized kernels
     with asynchronous MMA, FlashAttention-3) instead of following them."""
+    wave_llc_bytes: tuple[float, ...] = ()
+    """Bytes of each wave that miss L2 but hit the device's memory-side cache (MI300X Infinity
+    Cache); empty when none do. Not part of ``wave_dram_bytes``."""
 
     @property
     def work_flop(self) -> float:
@@ -89,6 +92,10 @@ class KernelPlan:
         return float(sum(self.wave_dram_bytes))
 
     @property
+    def llc_bytes(self) -> float:
+        return float(sum(self.wave_llc_bytes))
+
+    @property
     def l2_bytes(self) -> float:
         return self.l2_bytes_per_cta * self.grid
 
@@ -97,7 +104,7 @@ class KernelPlan:
         requested = self.l2_bytes
         if requested <= 0:
             return 0.0
-        return max(0.0, min(1.0, 1.0 - self.dram_bytes / requested))
+        return max(0.0, min(1.0, 1.0 - (self.dram_bytes + self.llc_bytes) / requested))
 
     def describe(self) -> dict:
         out = {
@@ -112,6 +119,8 @@ class KernelPlan:
             "dtype": self.dtype,
             "l2_bytes_per_launch": self.l2_bytes,
         }
+        if self.wave_llc_bytes:
+            out["llc_hit_bytes_per_launch"] = self.llc_bytes
         if self.tile is not None:
             out["tile"] = {
                 "block_m": self.tile.block_m, "block_n": self.tile.block_n, "block_k": self.tile.block_k,
