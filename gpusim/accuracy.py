@@ -21,6 +21,7 @@ from gpusim.engine.kernel import simulate_kernel
 from gpusim.engine.machine import Calibration, Machine, machine_of
 from gpusim.engine.simulate import transfer_time_s
 from gpusim.mapping import best_gemm
+from gpusim.mapping.gemm import output_bytes_per_element
 from gpusim.mapping.streaming import (elementwise_launch, framework_row_launch, row_launch, scalar_row_launch,
                                      streaming_plan)
 
@@ -97,9 +98,12 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
         batch = case.batch or 1
         dtype = gpusim_dtype(case.dtype)
         flop = 2.0 * case.m * case.n * case.k * batch
-        plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, batch, dtype, flop)
-        t = _timed_kernel_s(machine, plan, case.timing_method)
         eb = DTYPE_BYTES[dtype]
+        # the published GEMMs multiply row-major (contiguous) tensors: A rows hold k values, B and C rows n
+        strides = (int(case.k * eb), int(case.n * eb), int(case.n * output_bytes_per_element(dtype)))
+        plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, batch, dtype, flop,
+                         row_strides_bytes=strides)
+        t = _timed_kernel_s(machine, plan, case.timing_method)
         peak = matrix_peak_flop_per_s(device, dtype, fp32_accumulate=True) \
             or vector_peak_flop_per_s(device, dtype)
         min_bytes = (case.m * case.k + case.k * case.n + case.m * case.n) * eb * batch

@@ -15,6 +15,7 @@ their runtime uses; the rest are listed as skipped with the reason.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Iterable
 
@@ -29,6 +30,10 @@ MPT_CONFIGS = {  # mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml 
 }
 MPT_VOCAB = 50368
 NEMO_WORKLOADS = {"llama2_7b": "llama2_7b_train", "gpt3_175b": "gpt3_175b_train"}
+NEMO_VOCAB = {"llama2_7b": 32000, "gpt3_175b": 50257}
+MEGATRON_VOCAB_DIVISOR = 128
+"""Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by (default 128, NeMo's GPT
+configs too) times the tensor-parallel size (megatron/training/tokenizer: _vocab_size_with_padding)."""
 GPT2_LARGE = dict(num_layers=36, hidden_size=1280, num_heads=20, seq_len=1024, vocab_size=50257, activation="gelu_new")
 # The single-GPU NeuSight rows: Hugging Face models built from their configs with eager attention,
 # timed with CUDA events around the forward call and around loss.backward() (no optimizer step);
@@ -126,7 +131,10 @@ def _training_workload(case):
         t, p, v = int(layout["TP"]), int(layout["PP"]), int(layout.get("VP", 1))
         d = n // (t * p)
         micro = case.global_batch_size // d
-        items = [f"config.seq_len={case.seq_len}", "batch_size=1", f"precision={case.precision}",
+        multiple = MEGATRON_VOCAB_DIVISOR * t
+        vocab = math.ceil(NEMO_VOCAB[case.model] / multiple) * multiple
+        items = [f"config.seq_len={case.seq_len}", f"config.vocab_size={vocab}", "batch_size=1",
+                 f"precision={case.precision}",
                  "activation_checkpointing=none", "config.attention_kernel=fused_async",
                  f"parallelism.tensor={t}", f"parallelism.pipeline={p}", f"parallelism.data={d}",
                  "parallelism.zero_stage=1", f"parallelism.sequence_parallel={str(t > 1).lower()}"]

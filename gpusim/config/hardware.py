@@ -152,6 +152,12 @@ class TensorCoreSpec(Spec):
     they are the architecture's native tensor-core instructions; below 1 where the full rate needs
     warpgroup-level asynchronous MMA (Hopper ``wgmma``), so kernels written for the older instructions
     (FlashAttention-2) run slower than the library GEMMs."""
+    native_mma_stride_alignment_bytes: Optional[count(ge=1, le=4096)] = None
+    """Row strides (bytes) a GEMM's operands and output must be multiples of for the native matrix
+    path. Hopper's ``wgmma`` kernels are fed by the Tensor Memory Accelerator, whose descriptors take
+    only 16-byte-multiple strides; a GEMM with another stride (an odd vocabulary, ``d_ff = 8/3 h``)
+    runs kernels that load their own operands and issue warp-synchronous MMA, at
+    ``warp_mma_fraction`` of the rate. Omitted: no stride requirement is modelled."""
 
     @model_validator(mode="after")
     def _accumulate_not_faster(self) -> "TensorCoreSpec":

@@ -93,6 +93,8 @@ class Machine:
     native_mma: bool = True
     """False when the kernels' libraries were built without this device's own tensor-core
     instructions (see :meth:`with_warp_mma_libraries`)."""
+    native_mma_stride_alignment_bytes: int | None = None
+    """Stride multiple the native matrix path needs (see TensorCoreSpec); None: no requirement."""
 
     def with_warp_mma_libraries(self) -> "Machine":
         """The device as libraries built for an older architecture use it: every matrix kernel issues
@@ -101,6 +103,12 @@ class Machine:
         (``wgmma`` and clusters arrived with PTX ISA 8.0, CUDA 12.0). FP8 matrix kernels keep the native
         rate: a stack that runs FP8 on Hopper has those instructions."""
         return replace(self, native_mma=False, max_cluster_size=1)
+
+    def strides_block_native_mma(self, row_strides_bytes: tuple[int, ...]) -> bool:
+        """True when a GEMM whose operands and output have these row strides cannot take the native
+        matrix path (a stride that is not a multiple of ``native_mma_stride_alignment_bytes``)."""
+        align = self.native_mma_stride_alignment_bytes
+        return bool(align) and self.native_mma and any(s % align for s in row_strides_bytes)
 
     # ---- derived rates (calibrated) ------------------------------------------------------
     def matrix_rate_per_unit(self, dtype: str, fp32_accumulate: bool = True) -> float | None:
@@ -237,6 +245,7 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         max_cluster_size=gpu.sm.max_cluster_size or 1,
         l2_set_associativity=gpu.l2.set_associativity,
         warp_mma_fraction=tc.warp_mma_fraction if tc else 1.0,
+        native_mma_stride_alignment_bytes=tc.native_mma_stride_alignment_bytes if tc else None,
     )
 
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from gpusim.config.hardware import DTYPE_BYTES
 from gpusim.engine.kernel import estimate_kernel_s
-from gpusim.engine.machine import Machine
+from gpusim.engine.machine import NATIVE_ONLY_MATRIX_DTYPES, Machine
 from gpusim.errors import SimulationError
 from gpusim.mapping.gemm import (gemm_lower_bound_s, gemm_plan, output_bytes_per_element, tile_candidates,
                                  uses_matrix_pipe)
@@ -38,12 +38,19 @@ TRANSCENDENTAL_FUNCTIONS = frozenset({"gelu", "gelu_new", "silu", "sigmoid", "ta
 def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int, batch: int, dtype: str,
               useful_flop: float, *, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
               b_group: int = 1, extra_c_bytes_per_element: float = 0.0, sfu_ops_per_output: float = 0.0,
-              sparse: bool = False) -> KernelPlan:
-    """The fastest predicted tile configuration for a (batched) GEMM."""
+              sparse: bool = False, row_strides_bytes: tuple[int, ...] = ()) -> KernelPlan:
+    """The fastest predicted tile configuration for a (batched) GEMM. ``row_strides_bytes`` are the
+    row strides of A, B and C in memory: on a device whose native matrix path needs aligned strides
+    (Hopper's TMA-fed ``wgmma``), a GEMM with any other stride is planned and run on the
+    warp-synchronous MMA path."""
     if machine.matrix_rate_per_unit(dtype) is None and (
             dtype in ("fp8", "int8", "fp4") or machine.vector_rate_per_unit(dtype) is None):
         # low-precision formats exist only as tensor-core (matrix-unit) inputs
         raise SimulationError(f"{machine.name} has no pipe for {dtype} matrix multiplication")
+    warp_mma = (uses_matrix_pipe(machine, dtype) and dtype not in NATIVE_ONLY_MATRIX_DTYPES
+                and machine.strides_block_native_mma(row_strides_bytes))
+    if warp_mma:
+        machine = machine.with_warp_mma_libraries()
     eb = DTYPE_BYTES[dtype]
     if sparse:
         # 2:4 structured sparsity: the tensor cores skip half of A's products, and A is stored as its
@@ -71,7 +78,7 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
             best = (key[0], key[1], plan)
     if best is None:
         raise SimulationError(f"{name}: no tile configuration fits {machine.name}")
-    return best[2]
+    return replace(best[2], warp_mma=True) if warp_mma else best[2]
 
 
 def _epilogue_extras(op, c_elements: float) -> tuple[float, float]:
@@ -98,7 +105,7 @@ def _matmul(machine: Machine, op) -> KernelPlan:
     group = op.batch // op.num_b_matrices if op.num_b_matrices else op.batch
     return best_gemm(machine, "matmul", "matmul", op.m, op.n, op.k, op.batch, op.dtype, op.flop(),
                      b_group=max(1, group), extra_c_bytes_per_element=extra, sfu_ops_per_output=sfu,
-                     sparse=bool(getattr(op, "sparse", False)))
+                     sparse=bool(getattr(op, "sparse", False)), row_strides_bytes=op.row_strides_bytes())
 
 
 def _conv2d(machine: Machine, op) -> KernelPlan:

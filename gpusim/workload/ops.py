@@ -280,6 +280,14 @@ class Matmul(Op):
     def num_b_matrices(self) -> int:
         return self.batch if self.b_batch is None else self.b_batch
 
+    def row_strides_bytes(self) -> tuple[int, int, int]:
+        """Bytes between consecutive rows of A, B and C as stored (A is m x k, or k x m when
+        transposed; B k x n, or n x k; C m x n)."""
+        in_b, out_b = dtype_bytes(self.dtype), dtype_bytes(self.out_dtype)
+        a = self.m if self.transpose_a else self.k
+        b = self.k if self.transpose_b else self.n
+        return int(a * in_b), int(b * in_b), int(self.n * out_b)
+
     def matrix_flop(self) -> float:
         return 2.0 * self.batch * self.m * self.n * self.k
 
