@@ -375,3 +375,11 @@ def test_descriptions_are_of_the_declared_kind():
         assert isinstance(load_hardware(name), GpuDescription)
     for name in SYSTEMS:
         assert isinstance(load_hardware(name), SystemDescription)
+
+
+def test_the_l1_is_the_pool_minus_the_shared_memory_carve_out():
+    from gpusim.engine.machine import machine_of
+    # MI300X: a fixed 64 KiB LDS beside the 32 KiB vector L1 (ROCm GPU-spec table) in a 96 KiB pool
+    assert machine_of(load_hardware("mi300x")).l1_capacity_bytes == 32 * 1024
+    # H100: the driver picks the carve-out per kernel; a kernel without shared memory gets the smallest, 8 KiB
+    assert machine_of(load_hardware("h100_sxm5_80gb")).l1_capacity_bytes == (256 - 8) * 1024

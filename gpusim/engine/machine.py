@@ -196,7 +196,8 @@ def _rates(rates) -> dict[str, float]:
 SMALLEST_SHARED_CARVEOUT_BYTES = 8 * 1024
 """The L1 data cache gets the unified pool minus the shared-memory carve-out; the smallest non-zero
 carve-out is 8 KB on compute capability 7.x-9.x (CUDA C Programming Guide, shared-memory carve-out
-sizes), and every CTA holds at least 1 KB of shared memory reserved for the system (cc 8.0+)."""
+sizes), and every CTA holds at least 1 KB of shared memory reserved for the system (cc 8.0+). A fixed
+carve-out (AMD's separate LDS) leaves the L1 the rest of the pool."""
 
 
 def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
@@ -223,7 +224,8 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         max_shared_bytes_per_unit=gpu.sm.shared_carveout_bytes or gpu.sm.max_shared_bytes,
         max_shared_bytes_per_cta=min(gpu.sm.max_shared_bytes_per_cta, gpu.sm.shared_carveout_bytes or 1e30),
         l1_bytes_per_cycle=gpu.l1.bandwidth_bytes_per_cycle_per_sm,
-        l1_capacity_bytes=gpu.sm.l1_shared_pool_bytes - min(SMALLEST_SHARED_CARVEOUT_BYTES, gpu.sm.max_shared_bytes),
+        l1_capacity_bytes=gpu.sm.l1_shared_pool_bytes - (gpu.sm.shared_carveout_bytes
+                                                         or min(SMALLEST_SHARED_CARVEOUT_BYTES, gpu.sm.max_shared_bytes)),
         l1_latency_s=gpu.l1.latency_s,
         shared_bytes_per_cycle=gpu.l1.shared_bandwidth_bytes_per_cycle_per_sm or gpu.l1.bandwidth_bytes_per_cycle_per_sm,
         l2_capacity_bytes=gpu.l2.capacity_bytes,
