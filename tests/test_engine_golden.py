@@ -156,16 +156,29 @@ def test_small_tiles_are_capped_by_shared_memory_bandwidth(tiny):
 
 
 def test_warpgroup_mma_reads_its_operands_once_per_warpgroup(tiny):
-    # Where the native instruction is warpgroup MMA (warp_mma_fraction < 1, Hopper wgmma), the 4 warps
-    # of a 128x128 CTA are one warpgroup that reads its 128 A rows and 128 B columns once per step of k;
-    # warp-level MMA reads each (2 x 2 warps) twice.
+    # Where the native instruction is warpgroup MMA (Hopper wgmma), the 4 warps of a 128x128 CTA are
+    # one warpgroup that reads its 128 A rows and 128 B columns once per step of k; warp-level MMA reads
+    # each (2 x 2 warps) twice.
     from gpusim.mapping.gemm import shared_operand_elements_per_k
 
     tile = Tile(128, 128, 64, 2, 4)
     assert shared_operand_elements_per_k(tiny, tile, 4) == 2 * 128 * 2 + 256
-    hopper_like = replace(tiny, warp_mma_fraction=0.67)
+    hopper_like = replace(tiny, warp_mma_fraction=0.67, native_mma_issuer="warpgroup")
     assert shared_operand_elements_per_k(hopper_like, tile, 4) == 256 + 256
     assert shared_operand_elements_per_k(hopper_like.with_warp_mma_libraries(), tile, 4) == 2 * 128 * 2 + 256
+
+
+def test_cta_mma_reads_the_tile_once_and_a_cluster_pair_splits_b(tiny):
+    # Blackwell tcgen05: one MMA for the whole CTA reads its A rows and B columns once per step of k,
+    # whatever its warp count; in a 2-CTA cluster each CTA stages and reads half of B.
+    from gpusim.mapping.gemm import shared_operand_elements_per_k
+
+    blackwell_like = replace(tiny, warp_mma_fraction=0.31, native_mma_issuer="cta")
+    assert shared_operand_elements_per_k(blackwell_like, Tile(128, 256, 64, 2, 8), 8) == 2 * (128 + 256)
+    assert shared_operand_elements_per_k(blackwell_like, Tile(128, 256, 64, 2, 8, cluster=2), 8) == 2 * (128 + 128)
+    # built without tcgen05 (mma.sync kernels), each of the 2 x 4 warps reads its own slices
+    assert shared_operand_elements_per_k(blackwell_like.with_warp_mma_libraries(), Tile(128, 256, 64, 2, 8), 8) \
+        == min(128 * wn + 256 * (8 // wn) for wn in (1, 2, 4, 8)) + 128 + 256
 
 
 def _chiplet(tiny, llc_bytes_per_s):

@@ -152,6 +152,11 @@ class TensorCoreSpec(Spec):
     they are the architecture's native tensor-core instructions; below 1 where the full rate needs
     warpgroup-level asynchronous MMA (Hopper ``wgmma``), so kernels written for the older instructions
     (FlashAttention-2) run slower than the library GEMMs."""
+    native_mma_issuer: Literal["warp", "warpgroup", "cta"] = "warp"
+    """Who issues one native matrix instruction, and so reads its A rows and B columns from shared
+    memory: each warp (``mma.sync``, AMD MFMA), each warpgroup of 4 warps (Hopper ``wgmma``), or the
+    CTA as a whole (Blackwell ``tcgen05.mma``, issued by one thread, whose 2-SM form splits B between
+    the two CTAs of a cluster pair). It sets the shared-memory traffic that feeds the tensor cores."""
     native_mma_stride_alignment_bytes: Optional[count(ge=1, le=4096)] = None
     """Row strides (bytes) a GEMM's operands and output must be multiples of for the native matrix
     path. Hopper's ``wgmma`` kernels are fed by the Tensor Memory Accelerator, whose descriptors take

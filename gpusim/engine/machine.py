@@ -93,6 +93,8 @@ class Machine:
     native_mma: bool = True
     """False when the kernels' libraries were built without this device's own tensor-core
     instructions (see :meth:`with_warp_mma_libraries`)."""
+    native_mma_issuer: str = "warp"
+    """Who issues one native matrix instruction: ``warp``, ``warpgroup`` or ``cta`` (see TensorCoreSpec)."""
     native_mma_stride_alignment_bytes: int | None = None
     """Stride multiple the native matrix path needs (see TensorCoreSpec); None: no requirement."""
 
@@ -248,6 +250,7 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         l2_set_associativity=gpu.l2.set_associativity,
         warp_mma_fraction=tc.warp_mma_fraction if tc else 1.0,
         native_mma_stride_alignment_bytes=tc.native_mma_stride_alignment_bytes if tc else None,
+        native_mma_issuer=tc.native_mma_issuer if tc else "warp",
     )
 
 

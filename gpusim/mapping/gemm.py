@@ -258,19 +258,23 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
                operand_l2_bytes / machine.l2_achievable_bytes_per_s)
 
 
-def shared_operand_elements_per_k(machine: Machine, tile: Tile, warps: int, dtype: str = "bf16") -> int:
+def shared_operand_elements_per_k(machine: Machine, tile: Tile, warps: int, dtype: str = "bf16") -> float:
     """Elements a CTA moves through shared memory per step of k: the A rows and B columns it stages
-    (written once) plus what its MMA issuers read back. Warp-level MMA (``mma.sync``, AMD MFMA) reads
-    each warp's rows of A and columns of B; warpgroup MMA (Hopper ``wgmma``, the native instruction
-    where ``warp_mma_fraction`` < 1, and for FP8/FP4, which have no other instruction) reads them once
-    per warpgroup of 4 warps. Issuers are laid out on the grid that reads least (warp tiles as square
-    as the tile allows)."""
+    (written once) plus what its MMA issuers read back. Warp-level MMA (``mma.sync``, AMD MFMA, and
+    any kernel built without the device's native instruction) reads each warp's rows of A and columns
+    of B; warpgroup MMA (Hopper ``wgmma``) reads them once per warpgroup of 4 warps; CTA-level MMA
+    (Blackwell ``tcgen05``) reads the CTA's tile once, and in a cluster pair each CTA stages and reads
+    only its share of B. Issuers are laid out on the grid that reads least (warp tiles as square as
+    the tile allows). FP8/FP4 have only the native instruction."""
     bm, bn = tile.block_m, tile.block_n
     native = machine.native_mma or dtype in NATIVE_ONLY_MATRIX_DTYPES
-    group = 4 if native and machine.warp_mma_fraction < 1.0 else 1
+    issuer = machine.native_mma_issuer if native else "warp"
+    if issuer == "cta":
+        return 2.0 * (bm + bn / tile.cluster)
+    group = 4 if issuer == "warpgroup" else 1
     issuers = max(1, warps // group)
     reads = min(bm * wn + bn * (issuers // wn) for wn in range(1, issuers + 1) if issuers % wn == 0)
-    return reads + bm + bn
+    return float(reads + bm + bn)
 
 
 def shared_operand_bytes_per_cta(machine: Machine, dtype: str, tile: Tile, warps: int, k_iters: int) -> float:
