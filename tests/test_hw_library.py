@@ -24,9 +24,10 @@ MiB = 2**20
 REAL_GPUS = [
     "v100_sxm2_32gb", "a100_sxm4_40gb", "a100_sxm4_80gb", "a100_pcie_40gb", "h100_sxm5_80gb", "h100_pcie_80gb",
     "h200_sxm_141gb", "mi300x", "rtx_4090", "rtx_3090", "jetson_agx_orin",
+    "l40", "mi210", "mi100", "b200", "gh200_144gb", "mi325x",
 ]
 REAL_CPUS = ["xeon_8480"]
-SYSTEMS = ["dgx_a100", "dgx_h100", "hgx_h200", "mi300x_x8"]
+SYSTEMS = ["dgx_a100", "dgx_h100", "hgx_h200", "mi300x_x8", "hgx_b200"]
 HYPOTHETICAL = ["h100_h200_memory", "h100_2x_l2", "tiny_gpu_4sm", "tpu_like_systolic"]
 ALL_BUILTINS = REAL_GPUS + REAL_CPUS + SYSTEMS + HYPOTHETICAL
 
@@ -174,6 +175,33 @@ def test_section_1b_peaks_within_1_percent(name):
     for dtype in ("tf32", "fp16", "bf16", "fp8", "int8"):
         if spec[dtype] is not None:
             assert close(peak_flop_per_s(gpu, dtype), spec[dtype] * T, 0.01)
+
+
+# Vendor datasheets of the GPUs described beyond published-measurements section 1b (dense TFLOP/s, INT8
+# TOPS, DRAM TB/s), as each file's sources cite them: NVIDIA L40 datasheet; AMD Instinct MI210 and MI100
+# product pages / datasheets; NVIDIA HGX and DGX B200 pages (dense = half the sparse figures printed);
+# GH200 (the H100's GH100 die with HBM3e); AMD Instinct MI325X product page.
+DATASHEETS: dict[str, dict[str, float | None]] = {
+    "l40": dict(fp32_vec=90.5, tf32=90.5, bf16=181.05, fp8=362, int8=362, dram=0.864),
+    "mi210": dict(fp32_vec=22.6, tf32=None, bf16=181.0, fp8=None, int8=181.0, dram=1.6384),
+    "mi100": dict(fp32_vec=23.1, tf32=None, bf16=92.3, fp8=None, int8=184.6, dram=1.2288),
+    "b200": dict(fp32_vec=75, tf32=1125, bf16=2250, fp8=4500, int8=4500, dram=8.0),
+    "gh200_144gb": dict(fp32_vec=66.9, tf32=494.7, bf16=989.4, fp8=1978.9, int8=1978.9, dram=4.9),
+    "mi325x": dict(fp32_vec=163.4, tf32=653.7, bf16=1307.4, fp8=2614.9, int8=2614.9, dram=6.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DATASHEETS))
+def test_datasheet_peaks_within_1_percent(name):
+    gpu = _device(name)
+    spec = DATASHEETS[name]
+    assert close(vector_peak_flop_per_s(gpu, "fp32"), spec["fp32_vec"] * T, 0.01)
+    for dtype in ("tf32", "bf16", "fp8", "int8"):
+        if spec[dtype] is None:
+            assert matrix_peak_flop_per_s(gpu, dtype) is None, f"{name} has no {dtype} tensor rate"
+        else:
+            assert close(matrix_peak_flop_per_s(gpu, dtype), spec[dtype] * T, 0.01), dtype
+    assert close(gpu.dram.bandwidth_bytes_per_s, spec["dram"] * T, 0.01)
 
 
 def test_v100_has_only_fp16_tensor_math():

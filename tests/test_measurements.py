@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpusim.config import list_hardware, load_hardware
 from gpusim.errors import ConfigError
 from gpusim.measurements import (
     CommunicationCase,
@@ -23,14 +24,9 @@ from gpusim.measurements import (
     published_dir,
 )
 
-GPU_STEMS = {
-    # gpusim hardware library stems
-    "v100_sxm2_32gb", "a100_sxm4_40gb", "a100_sxm4_80gb", "a100_pcie_40gb", "h100_sxm5_80gb", "h100_pcie_80gb",
-    "h200_sxm_141gb", "mi300x", "rtx_4090", "rtx_3090",
-    # measured GPUs without a library description yet
-    "v100_pcie_32gb", "a100_pcie_80gb", "h100_nvl_94gb",
-}
-SYSTEM_STEMS = {"hgx_h200", "dgx_h100", "dgx_a100", "mi300x_x8"}
+KINDS = {name: load_hardware(name).kind for name, _ in list_hardware()}
+GPU_STEMS = {name for name, kind in KINDS.items() if kind == "gpu"}  # every row runs on a built-in description
+SYSTEM_STEMS = {name for name, kind in KINDS.items() if kind == "system"}
 KERNEL_HEADER = (
     "case_id,gpu,op,variant,dtype,m,n,k,batch,rows,cols,num_elements,num_bytes,working_set_bytes,occupancy_fraction,"
     "measured_time_s,measured_flop_per_s,measured_bytes_per_s,measured_latency_s,metric,timing_method,library,source,"
