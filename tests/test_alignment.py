@@ -88,3 +88,13 @@ def test_bad_alignment_value_is_one_line():
     with pytest.raises(ConfigError) as err:
         load_hardware("h100_sxm5_80gb", [("gpu.tensor_core.native_mma_stride_alignment_bytes", 0)])
     assert "native_mma_stride_alignment_bytes" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_gpusim_run_says_when_a_kernel_runs_warp_mma(capsys):
+    from gpusim.cli import main
+
+    args = ["run", "h100_sxm5_80gb", "gemm_8192_bf16", "--set", "ops.0.n=4096", "--set", "ops.0.m=4096"]
+    assert main(args + ["--set", "ops.0.k=10922"]) == 0
+    assert "[warp MMA]" in capsys.readouterr().out
+    assert main(args + ["--set", "ops.0.k=10944"]) == 0
+    assert "[warp MMA]" not in capsys.readouterr().out
