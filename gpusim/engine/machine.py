@@ -85,6 +85,7 @@ class Machine:
     """CPU cores: the miss-queue limit; GPUs: None (their limit comes from each CTA's plan)."""
     l2_set_associativity: int = DEFAULT_L2_SET_ASSOCIATIVITY
     llc_latency_s: float | None = None
+    """Latency of the memory-side cache (None: the device has none)."""
     l2_private_partitions: int = 1
     """L2 partitions that each cache only for their own SMs, CTAs dispatched round-robin across
     them (MI300X: 8, one per XCD); 1 = one L2 that every SM shares."""
