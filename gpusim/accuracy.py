@@ -21,9 +21,9 @@ from gpusim.engine.kernel import simulate_kernel
 from gpusim.engine.machine import Calibration, Machine, machine_of
 from gpusim.engine.simulate import transfer_time_s
 from gpusim.mapping import best_gemm
-from gpusim.mapping.gemm import output_bytes_per_element
 from gpusim.mapping.streaming import (elementwise_launch, framework_row_launch, row_launch, scalar_row_launch,
                                      streaming_plan)
+from gpusim.workload.ops import Matmul
 
 STREAM_ARRAY_BYTES = 2**30
 """Array size for stream cases that do not state one (large enough that L2 plays no role)."""
@@ -99,8 +99,8 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
         dtype = gpusim_dtype(case.dtype)
         flop = 2.0 * case.m * case.n * case.k * batch
         eb = DTYPE_BYTES[dtype]
-        # the published GEMMs multiply row-major (contiguous) tensors: A rows hold k values, B and C rows n
-        strides = (int(case.k * eb), int(case.n * eb), int(case.n * output_bytes_per_element(dtype)))
+        # the published GEMMs multiply contiguous, untransposed tensors (the op's default layout)
+        strides = Matmul(m=case.m, n=case.n, k=case.k, batch=batch, dtype=dtype).row_strides_bytes()
         plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, batch, dtype, flop,
                          row_strides_bytes=strides)
         t = _timed_kernel_s(machine, plan, case.timing_method)
