@@ -4,7 +4,7 @@ against warp-specialized asynchronous kernels (FlashAttention-3), on Hopper and 
 import pytest
 
 from gpusim.config import load_hardware
-from gpusim.engine.kernel import estimate_kernel_s
+from gpusim.engine.kernel import estimate_kernel_s, simulate_kernel
 from gpusim.engine.machine import machine_of
 from gpusim.mapping import map_op
 from gpusim.workload.ops import Attention
@@ -58,6 +58,24 @@ def test_on_ampere_only_the_softmax_overlap_differs():
     assert fa3 / fa2 == pytest.approx((matrix_s + sfu_s) / matrix_s, rel=0.03)
 
 
+@pytest.mark.parametrize("hw", ["a100_sxm4_80gb", "h100_sxm5_80gb"])
+@pytest.mark.parametrize("variant", ["forward", "backward"])
+def test_unpipelined_kernel_is_flashattention1_class(hw, variant):
+    # The FlashAttention-2 paper (Dao 2023, section 4.1, A100) measures FlashAttention-2 1.3-2.5x
+    # faster than "FlashAttention in Triton", the 2022 kernel of flash_attn_triton.py (num_stages=1,
+    # 128 x 128 blocks, 8 warps). Modelled: one register-limited CTA per SM that waits for each block
+    # it loads.
+    machine = machine_of(load_hardware(hw))
+    plan, slow = _rate(machine, "fused_unpipelined", variant)
+    assert plan.tile.num_stages == 1 and not plan.pipelined and plan.threads_per_cta == 256
+    assert plan.ctas_per_unit == 1 and plan.occupancy_limiter == "registers"
+    assert plan.load_waits_per_cta > 0 and plan.name.startswith(f"attention_{variant}[flash_unpipelined_128]")
+    timing = simulate_kernel(plan, machine)
+    assert timing.bound == "latency"
+    _, fa2 = _rate(machine, "fused", variant)
+    assert 1.3 <= fa2 / slow <= 2.5
+
+
 def test_transformer_config_selects_the_attention_kernel():
     def kernels(items):
         wl = load_workload("gpt2_large_train", ["config.num_layers=1", *items])
@@ -65,4 +83,5 @@ def test_transformer_config_selects_the_attention_kernel():
 
     assert kernels([]) == {"fused"}
     assert kernels(["config.attention_kernel=fused_async"]) == {"fused_async"}
+    assert kernels(["config.attention_kernel=fused_unpipelined"]) == {"fused_unpipelined"}
     assert kernels(["config.attention_kernel=fused_async", "fusion=none"]) == set()  # lowered to GEMMs

@@ -225,3 +225,29 @@ def test_memory_side_cache_serves_rereads_at_its_own_bandwidth(tiny):
     assert simulate_kernel(plan, slow).time_s == pytest.approx(expected, rel=1e-12)
     assert estimate_kernel_s(plan, slow) == pytest.approx(expected, rel=1e-12)
     assert plan.describe()["llc_hit_bytes_per_launch"] == 2 * 256 * kib
+
+
+def test_unpipelined_cta_adds_its_loads_to_its_math(tiny):
+    # A 128 x 256 x 1024 fp16 GEMM in two 128x128 tiles, one per SM, with ONE pipeline stage and 16
+    # waited-for loads per CTA (one per 64-deep k step). Without software pipelining a CTA's time is
+    # its math (2*128*128*1024 FLOP at 1024 FLOP/cycle x 1 GHz = 32.768 us), plus its 544 KiB of L2
+    # traffic (A and B panels of 256 KiB, its 32 KiB C tile) at its SM's half of the 1 TB/s L2
+    # (1.114112 us), plus one 100 ns L2 latency per waited-for load (1.6 us). The wave adds its 1 us
+    # pipeline fill and its drain (100 ns + 32 KiB at the SM's 64 GB/s), as a pipelined tile does.
+    fast = replace(tiny, dram_bandwidth_bytes_per_s=1e12)
+    tile = Tile(128, 128, 64, 1, 4)
+    plan = replace(gemm_plan(fast, "gemm", "matmul", 128, 256, 1024, 1, "fp16", tile, 2.0 * 128 * 256 * 1024),
+                   load_waits_per_cta=16)
+    assert not plan.pipelined and plan.grid == 2 and plan.l2_bytes_per_cta == 544 * 1024
+    cta_s = 2 * 128 * 128 * 1024 / 1024e9 + 544 * 1024 / 0.5e12 + 16 * 100e-9
+    timing = simulate_kernel(plan, fast)
+    assert timing.time_s == pytest.approx(1e-6 + cta_s + 100e-9 + 32 * 1024 / 64e9, rel=1e-12)
+    assert timing.bound == "latency"
+    assert estimate_kernel_s(plan, fast) == pytest.approx(timing.time_s, rel=1e-12)
+    # With two such CTAs on each SM (the 256 x 256 GEMM), one computes while the other waits: the
+    # SM's shared math (2 x 32.768 us) is longer than one CTA's math plus loads, so it paces the wave.
+    four = replace(gemm_plan(fast, "gemm", "matmul", 256, 256, 1024, 1, "fp16", tile, 2.0 * 256**2 * 1024),
+                   load_waits_per_cta=16)
+    assert four.ctas_per_unit >= 2 and four.grid == 4
+    expected = 1e-6 + 2 * 2 * 128 * 128 * 1024 / 1024e9 + 100e-9 + 2 * 32 * 1024 / 64e9
+    assert simulate_kernel(four, fast).time_s == pytest.approx(expected, rel=1e-12)

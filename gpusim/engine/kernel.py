@@ -14,7 +14,7 @@ Per CTA, the model has
   one DRAM latency to fill its pipeline (streaming kernels pay it once) and, after its main loop,
   drains its output tiles (at L2 bandwidth, plus one L2 latency) before the next wave's CTAs start.
 Software pipelining overlaps a CTA's loads with its math, so a CTA progresses at the slowest of these
-rates; the wave ends when its CTAs end, and the next wave starts (wave quantization and tails emerge).
+rates (a CTA without it, one pipeline stage, waits for its loads: its math and its loads add up); the wave ends when its CTAs end, and the next wave starts (wave quantization and tails emerge).
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ if TYPE_CHECKING:
     from gpusim.mapping.plan import KernelPlan
 
 
+UNPIPELINED_LOADS = "unpipelined_loads"
+"""The compute limiter of a CTA that waits for its own loads (no software pipelining): its time
+is the math plus the unhidden loads, so the kernel counts as latency-bound."""
+
+
 @dataclass(frozen=True)
 class CtaProfile:
     count: int
@@ -45,7 +50,8 @@ class CtaProfile:
     """Bytes per CTA that miss L2 and are served by the memory-side cache (not part of ``dram_bytes``)."""
     compute_limiter: str = "matrix"
     """What sets ``compute_s``: the ``matrix`` or ``vector`` pipe, ``shared_memory`` (feeding the
-    tensor cores), or the ``sfu`` (transcendentals)."""
+    tensor cores), the ``sfu`` (transcendentals), or ``unpipelined_loads`` (math plus the loads an
+    unpipelined CTA waits for)."""
 
     @property
     def max_rate(self) -> float:
@@ -55,7 +61,9 @@ class CtaProfile:
     @property
     def own_limiter(self) -> str:
         compute_rate = 1.0 / self.compute_s if self.compute_s > 0 else math.inf
-        return "compute" if compute_rate <= self.latency_cap_rate else "latency"
+        if compute_rate > self.latency_cap_rate or self.compute_limiter == UNPIPELINED_LOADS:
+            return "latency"
+        return "compute"
 
 
 def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -> tuple[float, float, str]:
@@ -87,6 +95,15 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
         if sfu_s > compute_s:
             limiter = "sfu"
         compute_s = max(compute_s, sfu_s) if plan.sfu_overlaps_math else compute_s + sfu_s
+    if not plan.pipelined and plan.l2_bytes_per_cta > 0:
+        # Without software pipelining a CTA's loads and its math take turns: its own math, its bytes
+        # at its SM's share of L2 bandwidth, and one L2 latency per load it waits for add up. Other
+        # CTAs on the SM may compute while it waits, so the SM is never slower than its shared math.
+        load_s = (plan.l2_bytes_per_cta * machine.num_units / machine.l2_achievable_bytes_per_s
+                  + plan.load_waits_per_cta * machine.l2_latency_s)
+        serial_s = compute_s / per_busiest_unit + load_s
+        if serial_s > compute_s:
+            compute_s, limiter = serial_s, UNPIPELINED_LOADS
     in_flight = plan.bytes_in_flight_per_cta
     if machine.max_bytes_in_flight_per_unit is not None:
         in_flight = min(in_flight, machine.max_bytes_in_flight_per_unit / per_busiest_unit)

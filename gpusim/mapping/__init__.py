@@ -127,6 +127,15 @@ def _conv2d(machine: Machine, op) -> KernelPlan:
                      a_unique_fraction=a_unique, b_unique_fraction=b_unique, sfu_ops_per_output=sfu)
 
 
+UNPIPELINED_WAITS_PER_TRIP = 3
+"""Loads the 2022 Triton FlashAttention waits for in each trip of its main loop (flash_attn_triton.py,
+num_stages=1): forward the K block, a scratch store-and-reload of the rescale factors (its
+workaround for a compiler bug) and the V block; backward the Q block, the dO block and the row
+statistics (LSE and D)."""
+
+_FLASH_NAMES = {"fused": "flash", "fused_async": "flash_async", "fused_unpipelined": "flash_unpipelined"}
+
+
 def _attention_fused(machine: Machine, op) -> KernelPlan:
     """A flash-attention kernel. Forward: each CTA owns ``block`` queries of one head and streams that
     head's K and V; backward: each CTA owns ``block`` keys and streams the head's Q, dO and dQ
@@ -135,20 +144,24 @@ def _attention_fused(machine: Machine, op) -> KernelPlan:
     FlashAttention-2 does); ``fused_async`` kernels use the native asynchronous MMA and overlap the
     softmax with the products (FlashAttention-3's warp specialization)."""
     asynchronous = op.kernel == "fused_async"
+    # The unpipelined kernel (2022 Triton FlashAttention) loads one K/V block at a time (num_stages=1)
+    # into 128 x 128 blocks with 8 warps in both passes (flash_attn_triton.py's launch parameters).
+    stages = 1 if op.kernel == "fused_unpipelined" else 2
     dtype = op.dtype
     eb = DTYPE_BYTES[dtype]
     d = op.head_dim
     heads = op.batch * op.heads
     forward = op.variant == "forward"
     own_len, streamed_len = (op.seq_len_q, op.seq_len_kv) if forward else (op.seq_len_kv, op.seq_len_q)
-    threads = (128 if forward else 256) if machine.kind == "gpu" else machine.max_threads_per_cta
+    threads = (128 if forward and stages > 1 else 256) if machine.kind == "gpu" else machine.max_threads_per_cta
     registers = 255 if machine.kind == "gpu" else 32
-    # The largest tile whose shared memory fits (own block; streamed blocks of kv_block rows, double
-    # buffered): devices with less shared memory per CTA (MI300X: 64 KB LDS) get smaller tiles.
-    for block, kv_block in ((128, 64), (64, 64), (64, 32), (32, 32), (16, 16)):
+    # The largest tile whose shared memory fits (own block; streamed blocks of kv_block rows, one per
+    # pipeline stage): devices with less shared memory per CTA (MI300X: 64 KB LDS) get smaller tiles.
+    first = ((128, 128),) if stages == 1 else ()
+    for block, kv_block in first + ((128, 64), (64, 64), (64, 32), (32, 32), (16, 16)):
         block = block if own_len >= block else max(16, 16 * math.ceil(own_len / 16))
         if forward:
-            shared = int((block + 2 * kv_block * 2) * d * eb)
+            shared = int((block + 2 * kv_block * stages) * d * eb)
         else:
             shared = int((2 * block + 2 * kv_block) * d * eb)
         per_unit, limiter = ctas_per_unit(machine, threads, registers, shared)
@@ -179,7 +192,7 @@ def _attention_fused(machine: Machine, op) -> KernelPlan:
         units_touched = (end - 1) // (blocks_per_head * group) - start // (blocks_per_head * group) + 1
         waves.append(units_touched * shared_per_unit + (end - start) * own_per_cta)
     return KernelPlan(
-        name=f"attention_{op.variant}[{'flash_async' if asynchronous else 'flash'}_{block}]",
+        name=f"attention_{op.variant}[{_FLASH_NAMES[op.kernel]}_{block}]",
         op_kind="attention",
         pipe="matrix" if uses_matrix_pipe(machine, dtype) else "vector",
         dtype=dtype,
@@ -192,11 +205,12 @@ def _attention_fused(machine: Machine, op) -> KernelPlan:
         flop_per_cta=flop_per_cta,
         sfu_ops_per_cta=sfu_per_cta,
         l2_bytes_per_cta=l2_per_cta,
-        bytes_in_flight_per_cta=2 * kv_block * d * eb * 2,
+        bytes_in_flight_per_cta=2 * kv_block * d * eb * stages,
         wave_dram_bytes=tuple(waves),
         prologue_per_wave=True,
         useful_flop=op.flop(),
-        tile=Tile(block, kv_block, d, 2, max(1, threads // 32)),
+        tile=Tile(block, kv_block, d, stages, max(1, threads // 32)),
+        load_waits_per_cta=0.0 if stages > 1 else UNPIPELINED_WAITS_PER_TRIP * streamed_len * frac / kv_block,
         epilogue_bytes_per_cta=(block * d * eb + block * 4.0) if forward else 2 * block * d * eb,  # O, LSE | dK, dV
         executed_flop=executed,
         warp_mma=not asynchronous,

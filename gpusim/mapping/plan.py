@@ -78,6 +78,14 @@ class KernelPlan:
     wave_llc_bytes: tuple[float, ...] = ()
     """Bytes of each wave that miss L2 but hit the device's memory-side cache (MI300X Infinity
     Cache); empty when none do. Not part of ``wave_dram_bytes``."""
+    load_waits_per_cta: float = 0.0
+    """Memory round trips a CTA without software pipelining (``tile.num_stages`` 1) waits for in
+    turn: one for every block it loads just before using it (0 for pipelined kernels)."""
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether a CTA's loads overlap its math (a tile with at least two pipeline stages)."""
+        return self.tile is None or self.tile.num_stages >= 2
 
     @property
     def work_flop(self) -> float:

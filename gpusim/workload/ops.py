@@ -427,11 +427,14 @@ SOFTMAX_BACKWARD_FLOP_PER_ELEMENT = 4.0
 """dx = y * (dy - sum(dy * y)): multiply, sum, subtract, multiply."""
 
 
-ATTENTION_KERNELS = ("fused", "fused_async", "unfused")
+ATTENTION_KERNELS = ("fused", "fused_async", "fused_unpipelined", "unfused")
 """``fused``: one FlashAttention-2 style kernel (warp-synchronous MMA, softmax between the matrix
 products); ``fused_async``: one warp-specialized kernel with asynchronous MMA whose softmax overlaps
-the matrix products (FlashAttention-3, cuDNN's Hopper attention); ``unfused``: separate GEMM,
-softmax and GEMM kernels with the score matrix in DRAM."""
+the matrix products (FlashAttention-3, cuDNN's Hopper attention); ``fused_unpipelined``: the same
+algorithm as ``fused`` without software pipelining, so each CTA waits for its K/V (or Q/dO) blocks
+before every pair of products (the 2022 Triton FlashAttention, ``flash_attn_triton.py``:
+``num_stages=1``, 128 x 128 blocks, 8 warps; MPT's ``attn_impl: triton``); ``unfused``: separate
+GEMM, softmax and GEMM kernels with the score matrix in DRAM."""
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,7 @@ class AttentionSpec(OpSpecBase):
     head_dim: count(le=10**6)
     causal: bool = False
     dtype: Dtype
-    kernel: Literal["fused", "fused_async", "unfused"] = "fused"
+    kernel: Literal["fused", "fused_async", "fused_unpipelined", "unfused"] = "fused"
     """See gpusim.workload.ops.ATTENTION_KERNELS."""
 
 

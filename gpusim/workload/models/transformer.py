@@ -64,10 +64,12 @@ class TransformerConfig(Spec):
     BERT's sequence classification (pooler + a two-class linear layer on the first token)."""
     num_experts: Optional[count(le=100_000)] = None
     top_k: Optional[count(le=100_000)] = None
-    attention_kernel: Literal["fused", "fused_async"] = "fused"
+    attention_kernel: Literal["fused", "fused_async", "fused_unpipelined"] = "fused"
     """With fusion default: ``fused`` is FlashAttention-2 (PyTorch SDPA's flash backend, the
     flash-attn 2 package); ``fused_async`` a warp-specialized Hopper kernel (FlashAttention-3, cuDNN
-    fused attention as Transformer Engine uses it). Fusion none always runs attention unfused."""
+    fused attention as Transformer Engine uses it); ``fused_unpipelined`` the 2022 Triton
+    FlashAttention without software pipelining (MPT's ``attn_impl: triton``). Fusion none always runs
+    attention unfused."""
 
     @model_validator(mode="after")
     def _consistent(self) -> "TransformerConfig":
