@@ -97,7 +97,10 @@ def _training_workload(case):
                  "config.dropout=0", f"batch_size={case.micro_batch_size}", f"precision={precision}",
                  f"gradient_accumulation_steps={case.grad_accum_steps}", f"parallelism.data={n}",
                  "parallelism.zero_stage=3",
-                 f"activation_checkpointing={'full' if case.activation_checkpointing else 'none'}"]
+                 f"activation_checkpointing={'full' if case.activation_checkpointing else 'none'}",
+                 # the MPT yamls' attn_impl: triton, llm-foundry's flash_attn_triton.py (2022 Triton
+                 # FlashAttention, num_stages=1), in the BF16 and the FP8 runs alike
+                 "config.attention_kernel=fused_unpipelined"]
         if (case.precision or "").startswith("amp_"):
             # Composer's FSDP mixed precision 'DEFAULT' of that time (the README's 'MP Mode' column):
             # parameters all-gathered in FP32 (cast to 16 bits by autocast), gradients reduced in

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpusim.accuracy_cluster import GPT_FAST_NEW_TOKENS, _inference_workload, _training_workload, run_training
+from gpusim.cli import main
 from gpusim.config.library import load_hardware
 from gpusim.engine.simulate import simulate
 from gpusim.measurements import load_training_cases
@@ -57,6 +60,8 @@ def test_llm_foundry_bf16_rows_run_without_hopper_native_mma_and_fp8_rows_with_i
     fp8 = _training_workload(_case("llmfoundry_mpt_3b_h100_8gpu_amp_fp8"))[3]
     assert "tensor_instructions=warp_mma" in bf16
     assert not any(i.startswith("tensor_instructions") for i in fp8)
+    # both ran the MPT yamls' attn_impl: triton (the 2022 Triton FlashAttention, one pipeline stage)
+    assert "config.attention_kernel=fused_unpipelined" in bf16 and "config.attention_kernel=fused_unpipelined" in fp8
 
 
 def test_gpt_fast_decode_rows_replay_cuda_graphs_and_count_the_default_200_new_tokens():
@@ -87,3 +92,22 @@ def test_serving_throughput_counts_output_tokens_over_the_whole_batch_run():
                                                      "decode_buckets=4", "precision=fp16"])
     total_s = simulate(load_hardware("a100_sxm4_80gb"), workload).total_time_s
     assert result.simulated == pytest.approx(64 * 128 / total_s)
+
+
+HELDOUT = Path(__file__).resolve().parent.parent / "measurements" / "heldout" / "llmfoundry_h100_sequence_sweep.csv"
+
+
+def test_heldout_llm_foundry_sweep_rows_are_all_buildable():
+    # the README's other H100 rows (sequence 512-65,536, BF16 and FP8) are kept out of the score
+    cases = load_training_cases(HELDOUT)
+    assert len(cases) == 31 and not set(c.case_id for c in cases) & set(c.case_id for c in load_training_cases())
+    assert all(_training_workload(c) is not None for c in cases)
+
+
+def test_accuracy_scores_a_given_training_csv(tmp_path, capsys):
+    lines = HELDOUT.read_text().splitlines()
+    one = tmp_path / "one.csv"
+    one.write_text("\n".join([lines[0], next(l for l in lines if "_3b_h100_8gpu_amp_bf16_seq512," in l)]) + "\n")
+    assert main(["accuracy", "--suite", "training", "--training-measurements", str(one)]) == 0
+    out = capsys.readouterr().out
+    assert str(one) in out and "llmfoundry_mpt_3b_h100_8gpu_amp_bf16_seq512" in out and "1 cases" in out

@@ -17,6 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="which reference set to score (default: published measurements)")
     p.add_argument("--measurements", metavar="PATH", action="append", default=[],
                    help="a kernels CSV in the published format (repeatable); default: the built-in dataset")
+    p.add_argument("--training-measurements", metavar="PATH",
+                   help="a training CSV in the published format for --suite training (e.g. "
+                        "measurements/heldout/llmfoundry_h100_sequence_sweep.csv); default: the built-in dataset")
     p.add_argument("--uncalibrated", action="store_true", help="ignore calibration blocks (pure datasheet physics)")
     p.add_argument("--include-excluded", action="store_true", help="also score rows the dataset flags as unreliable")
     p.add_argument("--gpu", action="append", default=[], help="only these hardware stems")
@@ -100,7 +103,7 @@ def _run_cluster_suite(args: argparse.Namespace, suite: str):
 
     if suite == "communication":
         return run_communication(load_communication_cases(), args.include_excluded)
-    return run_training(load_training_cases(), args.include_excluded)
+    return run_training(load_training_cases(getattr(args, "training_measurements", None)), args.include_excluded)
 
 
 def _cluster_json(out: dict) -> dict:
@@ -120,7 +123,8 @@ def _cluster_suites(args: argparse.Namespace, suites: tuple[str, ...]) -> int:
         out[suite] = (results, skipped)
         if args.json:
             continue
-        print(f"{suite} ({'communication.csv' if suite == 'communication' else 'training.csv'}):")
+        source = getattr(args, "training_measurements", None) if suite == "training" else None
+        print(f"{suite} ({source or ('communication.csv' if suite == 'communication' else 'training.csv')}):")
         print(f"{'case':<52} {'metric':<20} {'measured':>11} {'simulated':>11} {'error':>8}  note")
         for r in results:
             print(f"{r.case_id[:52]:<52} {r.metric:<20} {r.measured:11.4g} {r.simulated:11.4g} "
