@@ -14,7 +14,8 @@ Per CTA, the model has
   one DRAM latency to fill its pipeline (streaming kernels pay it once) and, after its main loop,
   drains its output tiles (at L2 bandwidth, plus one L2 latency) before the next wave's CTAs start.
 Software pipelining overlaps a CTA's loads with its math, so a CTA progresses at the slowest of these
-rates (a CTA without it, one pipeline stage, waits for its loads: its math and its loads add up); the wave ends when its CTAs end, and the next wave starts (wave quantization and tails emerge).
+rates (a CTA without it, one pipeline stage, waits for its loads: its math and its loads add up); the
+wave ends when its CTAs end, and the next wave starts (wave quantization and tails emerge).
 """
 
 from __future__ import annotations

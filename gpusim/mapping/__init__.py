@@ -142,7 +142,8 @@ def _attention_fused(machine: Machine, op) -> KernelPlan:
     (FlashAttention-2). Scores never reach DRAM; CTAs of one (KV) head share its data in L2.
     ``fused`` kernels issue warp-synchronous MMA and run the softmax between the matrix products (as
     FlashAttention-2 does); ``fused_async`` kernels use the native asynchronous MMA and overlap the
-    softmax with the products (FlashAttention-3's warp specialization)."""
+    softmax with the products (FlashAttention-3's warp specialization); ``fused_unpipelined`` kernels
+    are ``fused`` with one pipeline stage, waiting for every block they load (the 2022 Triton kernel)."""
     asynchronous = op.kernel == "fused_async"
     # The unpipelined kernel (2022 Triton FlashAttention) loads one K/V block at a time (num_stages=1)
     # into 128 x 128 blocks with 8 warps in both passes (flash_attn_triton.py's launch parameters).
