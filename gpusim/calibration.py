@@ -15,11 +15,17 @@ clock and issue efficiency, achievable DRAM bandwidth), not any single point:
 * ``dram_loaded_latency_slope``: stream benchmarks at partial occupancy, which Little's law limits:
   the slope (on a 0.05 grid) whose loaded DRAM latency gives the least mean absolute log error,
   with the fitted DRAM fraction applied. Fitted only from at least three such cases.
+
+A built-in description whose calibration ``source`` says it was fitted by ``gpusim calibrate`` must
+stay reproducible as the engine changes: :func:`stale_calibration` refits it and lists every value
+(and every quoted case count) that no longer matches, including factors the source says were
+transferred from another description's fit and the TDP-fitted dynamic energy factor.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from dataclasses import dataclass, replace
 
@@ -153,7 +159,7 @@ TDP_GEMM_SIZE = 8192
 
 def fit_dynamic_energy_factor(gpu: str) -> tuple[float, str] | None:
     """The ``dynamic_energy_factor`` that makes a large dense GEMM in the GPU's fastest 16-bit tensor
-    format draw exactly its TDP (with the description's other calibration applied): GPUs under
+    format draw its TDP (to three decimals, rounded down) (with the description's other calibration applied): GPUs under
     sustained tensor load run at their power limit, so TDP is the first energy calibration point.
     Returns (factor, the GEMM it was fitted on), or None for a device without 16-bit matrix units."""
     from gpusim.energy import kernel_energy
@@ -175,4 +181,87 @@ def fit_dynamic_energy_factor(gpu: str) -> tuple[float, str] | None:
     energy = kernel_energy(kernel, power, uncalibrated)
     dynamic_w = (energy.math_j + energy.l1_j + energy.l2_j + energy.dram_j) / kernel.time_s
     factor = (power.tdp_w - power.idle_w) / dynamic_w
-    return round(factor, 3), f"{size}^3 {dtype} GEMM"
+    # rounded down, so the GEMM it is fitted on stays at or under TDP and the power cap leaves it alone
+    return math.floor(factor * 1000.0) / 1000.0, f"{size}^3 {dtype} GEMM"
+
+
+FACTOR_LABELS = {
+    "tensor_efficiency_fraction": "tensor",
+    "vector_efficiency_fraction": "vector (SIMT GEMM)",
+    "dram_bandwidth_fraction": "DRAM",
+    "l2_bandwidth_fraction": "L2",
+    "host_link_fraction": "host link",
+}
+"""How a calibration ``source`` names each factor fitted from kernels (``overlay_yaml`` and the
+built-in descriptions write ``<label> = median measured/simulated ratio of N case(s)`` and
+``<label> transferred from <stem>'s fit``)."""
+
+REFIT_TOLERANCE = 0.0005
+"""Fitted factors are rounded to three decimals: a recorded value that differs from its refit in the
+third decimal is stale."""
+
+
+@dataclass(frozen=True)
+class StaleFactor:
+    hw: str
+    factor: str
+    recorded: float
+    expected: float
+    how: str
+    """Where the expected value comes from: a refit, another description's value, a case count."""
+
+    def __str__(self) -> str:
+        return f"{self.hw}: {self.factor} is {self.recorded:g}, {self.how} gives {self.expected:g}"
+
+
+def _close(recorded: float, expected: float) -> bool:
+    if abs(expected) < 1e-3:  # seconds (a copy overhead): fitted to 0.1 us
+        return math.isclose(recorded, expected, rel_tol=0.01, abs_tol=1e-9)
+    return abs(recorded - expected) < REFIT_TOLERANCE
+
+
+def stale_calibration(hw: str, cases) -> list[StaleFactor]:
+    """The calibration values of ``hw`` (a built-in stem or a path) that its ``source`` claims were
+    fitted or transferred and that a refit on ``cases`` no longer reproduces. Descriptions whose
+    calibration does not say ``Fitted by `gpusim calibrate ... --base <its name>``` (inherited or
+    hand-set blocks) are not checked."""
+    desc = load_hardware(hw)
+    if desc.kind != "gpu" or desc.gpu.calibration is None:
+        return []
+    name = desc.name
+    source = desc.gpu.calibration.source
+    if f"--base {name}`" not in source:
+        return []
+    recorded = machine_of(desc).calibration
+    transferred = dict(re.findall(r"(tensor|vector \(SIMT GEMM\)|DRAM|L2|host link) transferred from (\w+)'s fit",
+                                  source))
+    out = []
+    for f in fit_calibration(name, cases):
+        label = FACTOR_LABELS.get(f.name)
+        if label in transferred:
+            continue
+        value = getattr(recorded, f.name)
+        if not _close(value, f.value):
+            out.append(StaleFactor(name, f.name, value, f.value, f"a refit on {f.num_cases} cases"))
+        quoted = re.search(rf"{re.escape(label)} = median measured/simulated ratio of (\d+) case", source) if label else None
+        if quoted and int(quoted.group(1)) != f.num_cases:
+            out.append(StaleFactor(name, f"{f.name} case count", float(quoted.group(1)), float(f.num_cases),
+                                   "the dataset"))
+    by_label = {label: factor for factor, label in FACTOR_LABELS.items()}
+    for label, other in transferred.items():
+        factor = by_label[label]
+        expected = getattr(machine_of(load_hardware(other)).calibration, factor)
+        value = getattr(recorded, factor)
+        if not _close(value, expected):
+            out.append(StaleFactor(name, factor, value, expected, f"{other}'s value"))
+    if "fit_dynamic_energy_factor" in source:
+        fitted = fit_dynamic_energy_factor(hw)
+        if fitted and not _close(recorded.dynamic_energy_factor, fitted[0]):
+            out.append(StaleFactor(name, "dynamic_energy_factor", recorded.dynamic_energy_factor, fitted[0],
+                                   f"a refit on the {fitted[1]} at TDP"))
+        quoted = re.search(r"dynamic energy factor ([0-9.]+) fitted", source)
+        if fitted and quoted and not _close(float(quoted.group(1)), fitted[0]):
+            out.append(StaleFactor(name, "dynamic_energy_factor in the source text", float(quoted.group(1)), fitted[0],
+                                   "the refit"))
+    return out
+

@@ -1,11 +1,12 @@
-"""``gpusim calibrate``: fit calibration factors for one device to measurements, as a YAML overlay."""
+"""``gpusim calibrate``: fit calibration factors for one device to measurements, as a YAML overlay, or
+check that the built-in descriptions' calibration blocks still reproduce from the published data."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from gpusim.calibration import fit_calibration, overlay_yaml
+from gpusim.calibration import fit_calibration, overlay_yaml, stale_calibration
 from gpusim.errors import GpusimError
 
 
@@ -13,11 +14,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="fit a hardware description's calibration block to measurements",
                        description="Fit tensor, vector, DRAM, L2 and host-link efficiency factors of HW to a "
                                    "measurement CSV (the published kernels format) and write an overlay whose "
-                                   "calibration block cites it.",
-                       epilog="Example: gpusim calibrate published --base h100_sxm5_80gb -o h100_calibrated.yaml")
+                                   "calibration block cites it. With --check, refit every built-in description "
+                                   "whose calibration says it was fitted by this command (or only --base) and list "
+                                   "the values the refit no longer reproduces.",
+                       epilog="Examples: gpusim calibrate published --base h100_sxm5_80gb -o h100_calibrated.yaml; "
+                              "gpusim calibrate --check")
     p.add_argument("measurements", metavar="MEASUREMENTS", nargs="?", default="published",
                    help="a kernels CSV, or 'published' for the built-in dataset (default)")
-    p.add_argument("--base", required=True, metavar="HW", help="the description to calibrate (a built-in stem)")
+    p.add_argument("--base", metavar="HW", help="the description to calibrate (a built-in stem)")
+    p.add_argument("--check", action="store_true",
+                   help="list stale calibration values instead of writing an overlay (exit 1 if any)")
     p.add_argument("-o", "--output", metavar="PATH", help="write the overlay here (default: print it)")
     p.set_defaults(func=cmd_calibrate)
 
@@ -31,6 +37,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     else:
         cases = load_kernel_cases(args.measurements)
         label = Path(args.measurements).name
+    if args.check:
+        return _check(args.base, cases, label)
+    if not args.base:
+        raise GpusimError("calibrate: --base HW is required (or pass --check)")
     factors = fit_calibration(args.base, cases)
     if not factors:
         raise GpusimError(f"{label}: no case calibrates {args.base} (need large GEMMs, streams or copies)")
@@ -42,4 +52,18 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(text, end="")
     for f in factors:
         print(f"# {f.name} = {f.value} from {f.num_cases} cases", flush=True)
+    return 0
+
+
+def _check(base: str | None, cases, label: str) -> int:
+    from gpusim.config.library import list_hardware
+
+    stems = [base] if base else [stem for stem, _ in list_hardware()]
+    stale = [s for stem in stems for s in stale_calibration(stem, cases)]
+    for s in stale:
+        print(s)
+    if stale:
+        print(f"{len(stale)} calibration value(s) no longer reproduce from {label}")
+        return 1
+    print(f"every checked calibration block reproduces from {label} ({len(stems)} description(s) checked)")
     return 0

@@ -1,0 +1,59 @@
+"""Every calibration block that says it was fitted by ``gpusim calibrate`` must still come out of a
+refit on the published data (engine changes move the fits), and a value that does not is reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpusim.calibration import stale_calibration
+from gpusim.cli import main
+from gpusim.config.library import list_hardware, load_hardware
+from gpusim.engine.machine import machine_of
+from gpusim.measurements import load_kernel_cases
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return load_kernel_cases()
+
+
+def test_every_built_in_calibration_reproduces(cases):
+    stale = [str(s) for stem, _ in list_hardware() for s in stale_calibration(stem, cases)]
+    assert not stale, "refresh these (gpusim calibrate --check lists them):\n" + "\n".join(stale)
+
+
+def _overlay(tmp_path, base: str, body: str):
+    path = tmp_path / f"{base}_edited.yaml"
+    path.write_text(f"schema_version: 1\nextends: {base}\ngpu:\n  calibration:\n{body}", encoding="utf-8")
+    return path
+
+
+def test_a_changed_fitted_value_is_reported_with_the_refit(tmp_path, cases):
+    recorded = machine_of(load_hardware("h100_sxm5_80gb")).calibration.tensor_efficiency_fraction
+    path = _overlay(tmp_path, "h100_sxm5_80gb", "    tensor_efficiency_fraction: 0.5\n")
+    stale = {s.factor: s for s in stale_calibration(str(path), cases)}
+    assert stale["tensor_efficiency_fraction"].recorded == 0.5
+    assert stale["tensor_efficiency_fraction"].expected == pytest.approx(recorded)
+    # the energy factor was fitted with the recorded tensor efficiency, so it no longer fits either
+    assert "dynamic_energy_factor" in stale
+
+
+def test_a_transferred_value_must_equal_its_source(tmp_path, cases):
+    h100 = machine_of(load_hardware("h100_sxm5_80gb")).calibration
+    path = _overlay(tmp_path, "h200_sxm_141gb", "    vector_efficiency_fraction: 0.5\n")
+    stale = {s.factor: s for s in stale_calibration(str(path), cases)}
+    assert stale["vector_efficiency_fraction"].expected == h100.vector_efficiency_fraction
+    assert "h100_sxm5_80gb" in stale["vector_efficiency_fraction"].how
+
+
+def test_inherited_blocks_are_not_refitted(cases):
+    # GH200 inherits the H100's block on purpose; its own two GEMMs would fit a different tensor factor
+    assert stale_calibration("gh200_144gb", cases) == []
+
+
+def test_check_command_exit_codes(tmp_path, capsys):
+    assert main(["calibrate", "--check", "--base", "h100_sxm5_80gb"]) == 0
+    path = _overlay(tmp_path, "h100_sxm5_80gb", "    tensor_efficiency_fraction: 0.5\n")
+    assert main(["calibrate", "--check", "--base", str(path)]) == 1
+    assert "tensor_efficiency_fraction is 0.5" in capsys.readouterr().out
+
