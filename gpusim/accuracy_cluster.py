@@ -272,10 +272,14 @@ def _inference_case(case) -> CaseResult | Skipped:
                       case.source, f"launch {launch}, {case.parallelism or '1 GPU'}")
 
 
+def reference_of(source: str) -> str:
+    """The reference a ``source`` cell names: its repository or document, without commit and path."""
+    return source.split("@")[0].split(" (")[0]
+
+
 def source_group(result: CaseResult) -> str:
     """The reference a training case comes from (its repository or document), single-GPU rows apart."""
-    name = result.source.split("@")[0].split(" (")[0]
-    return name + (", 1 GPU" if result.note.startswith("1 GPU") else "")
+    return reference_of(result.source) + (", 1 GPU" if result.note.startswith("1 GPU") else "")
 
 
 def run_training(cases: Iterable, include_excluded: bool = False) -> tuple[list[CaseResult], list[Skipped]]:

@@ -220,26 +220,39 @@ def _close(recorded: float, expected: float) -> bool:
     return abs(recorded - expected) < REFIT_TOLERANCE
 
 
+def _own_block(desc) -> bool:
+    """Whether ``desc`` carries a calibration block fitted for itself by ``gpusim calibrate``."""
+    cal = desc.gpu.calibration if desc.kind == "gpu" else None
+    return cal is not None and f"--base {desc.name}`" in cal.source
+
+
+def _transfers(desc) -> dict[str, str]:
+    """Factor name -> the description whose fit the calibration source says it was transferred from."""
+    if desc.kind != "gpu" or desc.gpu.calibration is None:
+        return {}
+    by_label = {label: factor for factor, label in FACTOR_LABELS.items()}
+    found = re.findall(r"(tensor|vector \(SIMT GEMM\)|DRAM|L2|host link) transferred from (\w+)'s fit",
+                       desc.gpu.calibration.source)
+    return {by_label[label]: other for label, other in found}
+
+
 def stale_calibration(hw: str, cases) -> list[StaleFactor]:
     """The calibration values of ``hw`` (a built-in stem or a path) that its ``source`` claims were
     fitted or transferred and that a refit on ``cases`` no longer reproduces. Descriptions whose
     calibration does not say ``Fitted by `gpusim calibrate ... --base <its name>``` (inherited or
     hand-set blocks) are not checked."""
     desc = load_hardware(hw)
-    if desc.kind != "gpu" or desc.gpu.calibration is None:
+    if not _own_block(desc):
         return []
     name = desc.name
     source = desc.gpu.calibration.source
-    if f"--base {name}`" not in source:
-        return []
     recorded = machine_of(desc).calibration
-    transferred = dict(re.findall(r"(tensor|vector \(SIMT GEMM\)|DRAM|L2|host link) transferred from (\w+)'s fit",
-                                  source))
+    transferred = _transfers(desc)
     out = []
     for f in fit_calibration(name, cases):
-        label = FACTOR_LABELS.get(f.name)
-        if label in transferred:
+        if f.name in transferred:
             continue
+        label = FACTOR_LABELS.get(f.name)
         value = getattr(recorded, f.name)
         if not _close(value, f.value):
             out.append(StaleFactor(name, f.name, value, f.value, f"a refit on {f.num_cases} cases"))
@@ -247,9 +260,7 @@ def stale_calibration(hw: str, cases) -> list[StaleFactor]:
         if quoted and int(quoted.group(1)) != f.num_cases:
             out.append(StaleFactor(name, f"{f.name} case count", float(quoted.group(1)), float(f.num_cases),
                                    "the dataset"))
-    by_label = {label: factor for factor, label in FACTOR_LABELS.items()}
-    for label, other in transferred.items():
-        factor = by_label[label]
+    for factor, other in transferred.items():
         expected = getattr(machine_of(load_hardware(other)).calibration, factor)
         value = getattr(recorded, factor)
         if not _close(value, expected):
@@ -265,3 +276,63 @@ def stale_calibration(hw: str, cases) -> list[StaleFactor]:
                                    "the refit"))
     return out
 
+
+CV_REFIT = "refitted on the other references"
+CV_DATASHEET = "a factor only its own reference fits set to the datasheet value"
+
+
+def leave_one_source_out(all_cases, results):
+    """Out-of-sample errors for the calibrated kernel cases. Each case whose reference (its
+    repository or document, as the accuracy report groups sources) helped fit a factor the case is
+    simulated with (its GPU's own fit, or the fit the factor was transferred from) is simulated again
+    with that factor refitted on the other references. A factor no other reference can fit falls
+    back to the datasheet (1.0): what gpusim would predict for a GPU nobody else has measured that way.
+    The result's ``note`` says which (:data:`CV_REFIT`, :data:`CV_DATASHEET`); other cases keep their
+    result. The power calibration (dynamic energy factor) is not refitted."""
+    from gpusim.accuracy import CaseResult
+    from gpusim.accuracy_cluster import reference_of
+
+    descs: dict[str, object] = {}
+
+    def desc_of(gpu: str):
+        if gpu not in descs:
+            descs[gpu] = load_hardware(gpu)
+        return descs[gpu]
+
+    fits: dict[tuple[str, str | None], dict[str, FittedFactor]] = {}
+
+    def fit(gpu: str, without: str | None) -> dict[str, FittedFactor]:
+        if (gpu, without) not in fits:
+            kept = [c for c in all_cases if reference_of(c.source) != without]
+            fits[gpu, without] = {f.name: f for f in fit_calibration(gpu, kept) if f.name in FACTOR_LABELS}
+        return fits[gpu, without]
+
+    reference = {c.case_id: reference_of(c.source) for c in all_cases}
+    by_id = {c.case_id: c for c in all_cases}
+    out = []
+    for r in results:
+        case, desc = by_id.get(r.case_id), desc_of(r.gpu)
+        if case is None or desc.kind != "gpu":
+            out.append(r)
+            continue
+        fitted_by = {name: r.gpu for name in fit(r.gpu, None)} if _own_block(desc) else {}
+        for name, other in _transfers(desc).items():
+            if _own_block(desc_of(other)):
+                fitted_by[name] = other
+        changes, fallback = {}, False
+        for name, gpu in fitted_by.items():
+            full = fit(gpu, None).get(name)
+            if full is None or reference[case.case_id] not in {reference.get(i) for i in full.case_ids}:
+                continue
+            refit = fit(gpu, reference[case.case_id]).get(name)
+            changes[name] = refit.value if refit else getattr(Calibration(), name)
+            fallback = fallback or refit is None
+        if not changes:
+            out.append(r)
+            continue
+        machine = machine_of(desc)
+        machine = replace(machine, calibration=replace(machine.calibration, **changes))
+        seconds, _ = simulate_case(case, machine, desc.gpu)
+        out.append(CaseResult(r.case_id, r.gpu, r.op, r.metric, r.measured, _to_metric(case, seconds),
+                              r.roofline, r.source, CV_DATASHEET if fallback else CV_REFIT))
+    return out

@@ -57,3 +57,44 @@ def test_check_command_exit_codes(tmp_path, capsys):
     assert main(["calibrate", "--check", "--base", str(path)]) == 1
     assert "tensor_efficiency_fraction is 0.5" in capsys.readouterr().out
 
+
+# ------------------------------------------------------------------------ leave one source out
+
+
+@pytest.fixture(scope="module")
+def a100_pcie_cross_validated(cases):
+    from gpusim.accuracy import run_accuracy
+    from gpusim.calibration import leave_one_source_out
+
+    results, _ = run_accuracy([c for c in cases if c.gpu == "a100_pcie_40gb"])
+    return results, leave_one_source_out(cases, results)
+
+
+def test_a_compute_bound_gemm_scales_with_the_tensor_factor_refitted_without_its_reference(
+        cases, a100_pcie_cross_validated):
+    from gpusim.calibration import CV_REFIT, fit_calibration
+
+    results, cross = a100_pcie_cross_validated
+    i = next(i for i, r in enumerate(results) if r.case_id == "a100_pcie_40gb_bf16_mm_10240")
+    reference = results[i].source.split("@")[0]
+    others = [c for c in cases if c.source.split("@")[0] != reference]
+    refit = {f.name: f.value for f in fit_calibration("a100_pcie_40gb", others)}["tensor_efficiency_fraction"]
+    recorded = machine_of(load_hardware("a100_pcie_40gb")).calibration.tensor_efficiency_fraction
+    assert cross[i].note == CV_REFIT
+    # a compute-bound GEMM's throughput is proportional to the tensor efficiency
+    assert cross[i].simulated / results[i].simulated == pytest.approx(refit / recorded, rel=0.005)
+
+
+def test_cases_whose_reference_fitted_nothing_keep_their_result(cases):
+    from gpusim.accuracy import run_accuracy
+    from gpusim.calibration import leave_one_source_out
+
+    # the B200's block transfers only NVLink factors and fits nothing from kernels.csv
+    results, _ = run_accuracy([c for c in cases if c.gpu == "b200"])
+    assert leave_one_source_out(cases, results) == results
+
+
+def test_cross_validate_flag(capsys):
+    assert main(["accuracy", "--suite", "kernels", "--cross-validate", "--gpu", "v100_sxm2_32gb"]) == 0
+    assert "leave one source out (10 cases" in capsys.readouterr().out
+    assert main(["accuracy", "--suite", "kernels", "--cross-validate", "--uncalibrated"]) != 0

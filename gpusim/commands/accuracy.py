@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from gpusim.accuracy import op_group, run_accuracy, summarize
+from gpusim.errors import GpusimError
 from gpusim.results.export import write_json
 
 
@@ -22,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "measurements/heldout/llmfoundry_h100_sequence_sweep.csv); default: the built-in dataset")
     p.add_argument("--uncalibrated", action="store_true", help="ignore calibration blocks (pure datasheet physics)")
     p.add_argument("--include-excluded", action="store_true", help="also score rows the dataset flags as unreliable")
+    p.add_argument("--cross-validate", action="store_true",
+                   help="kernels: score every case whose reference helped fit its GPU's calibration with that "
+                        "calibration refitted on the other references (leave one source out)")
     p.add_argument("--gpu", action="append", default=[], help="only these hardware stems")
     p.add_argument("--op", action="append", default=[], help="only these op kinds (matmul, stream, ...)")
     p.add_argument("--cases", action="store_true", help="print every case, not only the worst")
@@ -89,6 +93,8 @@ def _pct(x: float | None) -> str:
 def cmd_accuracy(args: argparse.Namespace) -> int:
     suite = "kernels" if args.measurements else getattr(args, "suite", "all")
     if suite in ("communication", "training"):
+        if args.cross_validate:
+            raise GpusimError(f"accuracy: --cross-validate refits the kernel calibration; --suite {suite} has none")
         return _cluster_suites(args, (suite,))
     rc = _kernel_suite(args, with_cluster_suites=suite == "all")
     if suite == "all" and not args.json:
@@ -147,12 +153,33 @@ def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -
     """The single-GPU kernel cases; with ``with_cluster_suites`` the JSON also holds the
     communication and training suites (``--suite all --json``)."""
     cases, plan_rows = _load_cases(args.measurements)
+    all_cases = cases
     if args.gpu:
         cases = [c for c in cases if c.gpu in args.gpu]
     if args.op:
         cases = [c for c in cases if c.op in args.op]
     results, skipped = run_accuracy(cases, calibrated=not args.uncalibrated, include_excluded=args.include_excluded,
                                     plan_rows=plan_rows)
+    cross_note = ""
+    if args.cross_validate:
+        if args.uncalibrated:
+            raise GpusimError("accuracy: --cross-validate refits the calibration; it cannot go with --uncalibrated")
+        from gpusim.calibration import CV_DATASHEET, CV_REFIT, leave_one_source_out
+
+        in_sample = {r.case_id: r for r in results}
+        results = leave_one_source_out(all_cases, results)
+
+        def mape(rs) -> float:
+            return sum(abs(r.signed_error_fraction) for r in rs) / len(rs) if rs else 0.0
+
+        lines = [f"leave one source out ({len(results)} cases; MAPE out of sample / in sample):"]
+        for note in (CV_REFIT, CV_DATASHEET):
+            group = [r for r in results if r.note == note]
+            lines.append(f"  {len(group):4d} whose reference helped fit their calibration, {note}: "
+                         f"{mape(group):.1%} / {mape([in_sample[r.case_id] for r in group]):.1%}")
+        rest = [r for r in results if r.note not in (CV_REFIT, CV_DATASHEET)]
+        lines.append(f"  {len(rest):4d} from references that fitted nothing they use: unchanged, {mape(rest):.1%}")
+        cross_note = "\n".join(lines)
     if args.plot and results:
         save_scatter(results, args.plot)
     from gpusim.accuracy_cluster import source_group
@@ -173,6 +200,8 @@ def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -
             "by_gpu": {s.group: s.__dict__ for s in by_gpu},
             "by_source": {s.group: s.__dict__ for s in by_source},
         }
+        if cross_note:
+            payload["cross_validation"] = cross_note
         if with_cluster_suites:
             payload.update(_cluster_json({suite: _run_cluster_suite(args, suite)
                                           for suite in ("communication", "training")}))
@@ -181,6 +210,8 @@ def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -
             return 0
     rows = sorted(results, key=lambda r: abs(r.signed_error_fraction), reverse=True)
     shown = rows if args.cases else rows[: args.worst]
+    if cross_note:
+        print(cross_note + "\n")
     print(f"{'case':<44} {'metric':<11} {'measured':>11} {'simulated':>11} {'error':>8} {'roofline':>9}")
     for r in shown:
         print(f"{r.case_id[:44]:<44} {r.metric:<11} {r.measured:11.4g} {r.simulated:11.4g} "
