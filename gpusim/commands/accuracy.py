@@ -170,7 +170,7 @@ def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -
         results = leave_one_source_out(all_cases, results)
 
         def mape(rs) -> float:
-            return sum(abs(r.signed_error_fraction) for r in rs) / len(rs) if rs else 0.0
+            return summarize(rs)[0].mape_fraction if rs else 0.0
 
         lines = [f"leave one source out ({len(results)} cases; MAPE out of sample / in sample):"]
         for note in (CV_REFIT, CV_DATASHEET):
