@@ -159,8 +159,9 @@ TDP_GEMM_SIZE = 8192
 
 def fit_dynamic_energy_factor(gpu: str) -> tuple[float, str] | None:
     """The ``dynamic_energy_factor`` that makes a large dense GEMM in the GPU's fastest 16-bit tensor
-    format draw its TDP (to three decimals, rounded down) (with the description's other calibration applied): GPUs under
-    sustained tensor load run at their power limit, so TDP is the first energy calibration point.
+    format draw its TDP, with the description's other calibration applied (three decimals, rounded
+    down): GPUs under sustained tensor load run at their power limit, so TDP is the first energy
+    calibration point.
     Returns (factor, the GEMM it was fitted on), or None for a device without 16-bit matrix units."""
     from gpusim.energy import kernel_energy
     from gpusim.engine.simulate import simulate
@@ -231,8 +232,8 @@ def _transfers(desc) -> dict[str, str]:
     if desc.kind != "gpu" or desc.gpu.calibration is None:
         return {}
     by_label = {label: factor for factor, label in FACTOR_LABELS.items()}
-    found = re.findall(r"(tensor|vector \(SIMT GEMM\)|DRAM|L2|host link) transferred from (\w+)'s fit",
-                       desc.gpu.calibration.source)
+    labels = "|".join(re.escape(label) for label in by_label)
+    found = re.findall(rf"({labels}) transferred from (\w+)'s fit", desc.gpu.calibration.source)
     return {by_label[label]: other for label, other in found}
 
 

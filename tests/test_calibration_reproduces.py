@@ -72,12 +72,12 @@ def a100_pcie_cross_validated(cases):
 
 def test_a_compute_bound_gemm_scales_with_the_tensor_factor_refitted_without_its_reference(
         cases, a100_pcie_cross_validated):
+    from gpusim.accuracy_cluster import reference_of
     from gpusim.calibration import CV_REFIT, fit_calibration
 
     results, cross = a100_pcie_cross_validated
     i = next(i for i, r in enumerate(results) if r.case_id == "a100_pcie_40gb_bf16_mm_10240")
-    reference = results[i].source.split("@")[0]
-    others = [c for c in cases if c.source.split("@")[0] != reference]
+    others = [c for c in cases if reference_of(c.source) != reference_of(results[i].source)]
     refit = {f.name: f.value for f in fit_calibration("a100_pcie_40gb", others)}["tensor_efficiency_fraction"]
     recorded = machine_of(load_hardware("a100_pcie_40gb")).calibration.tensor_efficiency_fraction
     assert cross[i].note == CV_REFIT
