@@ -62,13 +62,49 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
     desc = load_hardware(gpu)
     device = desc.gpu if desc.kind != "cpu" else desc.cpu
     machine = replace(machine_of(desc), calibration=Calibration())
+    own = [c for c in cases if c.gpu == gpu and not c.excluded]
+    out = _fit_rate_factors(machine, device, own)
+    small_gemms = [c for c in own if c.op == "matmul" and _gemm_flop(c) < LARGE_GEMM_FLOP]
+    if len(small_gemms) >= MIN_WAVE_OVERHEAD_CASES:
+        # the wave overhead is fitted with the rate factors in place; the rate factors are then refitted
+        # with it (their large GEMMs pay it once per wave too) and it is fitted once more
+        for _ in range(2):
+            overhead = fit_gemm_wave_overhead_s(_with_fitted(machine, out, *RATE_FACTORS), device, small_gemms)
+            with_overhead = replace(machine, calibration=replace(machine.calibration, gemm_wave_overhead_s=overhead))
+            out = _fit_rate_factors(with_overhead, device, own)
+        out.append(FittedFactor("gemm_wave_overhead_s", overhead, len(small_gemms),
+                                tuple(c.case_id for c in small_gemms), "least-error fit"))
+    small_copies = [c for c in own if c.op in ("memcpy_h2d", "memcpy_d2h")
+                    and c.metric == "bytes_per_s" and (c.num_bytes or COPY_BYTES) < LARGE_STREAM_BYTES]
+    if len(small_copies) >= MIN_COPY_OVERHEAD_CASES:
+        overhead = fit_host_copy_overhead_s(_with_fitted(machine, out, "host_link_fraction"), device, small_copies)
+        out.append(FittedFactor("host_copy_overhead_s", overhead, len(small_copies),
+                                tuple(c.case_id for c in small_copies), "median gap (measured - simulated)"))
+    partial = [c for c in own if c.op == "stream" and (c.occupancy_fraction or 1.0) < 1.0]
+    if len(partial) >= MIN_LOADED_LATENCY_CASES:
+        slope = fit_loaded_latency_slope(_with_fitted(machine, out, "dram_bandwidth_fraction"), device, partial)
+        out.append(FittedFactor("dram_loaded_latency_slope", slope, len(partial), tuple(c.case_id for c in partial),
+                                "least-error fit"))
+    return out
+
+
+RATE_FACTORS = ("tensor_efficiency_fraction", "vector_efficiency_fraction", "dram_bandwidth_fraction",
+                "l2_bandwidth_fraction", "host_link_fraction")
+"""The factors fitted as median measured/simulated rate ratios."""
+
+
+def _gemm_flop(case) -> float:
+    return 2.0 * case.m * case.n * case.k * (case.batch or 1)
+
+
+def _fit_rate_factors(machine, device, cases) -> list[FittedFactor]:
+    """The median-ratio factors (see the module docstring) over ``cases`` of one GPU, each simulated
+    on ``machine`` (whose own rate factors should be 1)."""
     groups: dict[str, list[tuple[str, float]]] = {}
     for case in cases:
-        if case.gpu != gpu or case.excluded:
-            continue
         factor = None
         if case.op == "matmul":
-            flop = 2.0 * case.m * case.n * case.k * (case.batch or 1)
+            flop = _gemm_flop(case)
             if flop < LARGE_GEMM_FLOP:
                 continue
             plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, case.batch or 1,
@@ -91,24 +127,12 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
     for name, rows in sorted(groups.items()):
         value = min(1.0, statistics.median(r for _, r in rows))
         out.append(FittedFactor(name, round(value, 3), len(rows), tuple(c for c, _ in rows)))
-    small_copies = [c for c in cases if c.gpu == gpu and not c.excluded and c.op in ("memcpy_h2d", "memcpy_d2h")
-                    and c.metric == "bytes_per_s" and (c.num_bytes or COPY_BYTES) < LARGE_STREAM_BYTES]
-    if len(small_copies) >= MIN_COPY_OVERHEAD_CASES:
-        overhead = fit_host_copy_overhead_s(_with_fitted(machine, out, "host_link_fraction"), device, small_copies)
-        out.append(FittedFactor("host_copy_overhead_s", overhead, len(small_copies),
-                                tuple(c.case_id for c in small_copies), "median gap (measured - simulated)"))
-    partial = [c for c in cases if c.gpu == gpu and not c.excluded and c.op == "stream"
-               and (c.occupancy_fraction or 1.0) < 1.0]
-    if len(partial) >= MIN_LOADED_LATENCY_CASES:
-        slope = fit_loaded_latency_slope(_with_fitted(machine, out, "dram_bandwidth_fraction"), device, partial)
-        out.append(FittedFactor("dram_loaded_latency_slope", slope, len(partial), tuple(c.case_id for c in partial),
-                                "least-error fit"))
     return out
 
 
-def _with_fitted(machine, factors: list[FittedFactor], name: str):
-    """``machine`` with the factor ``name`` of ``factors`` applied (if it was fitted)."""
-    values = {f.name: f.value for f in factors if f.name == name}
+def _with_fitted(machine, factors: list[FittedFactor], *names: str):
+    """``machine`` with the factors ``names`` of ``factors`` applied (those that were fitted)."""
+    values = {f.name: f.value for f in factors if f.name in names}
     return replace(machine, calibration=replace(machine.calibration, **values))
 
 
@@ -124,6 +148,19 @@ def fit_host_copy_overhead_s(machine, device, cases) -> float:
         measured_s = (case.num_bytes or COPY_BYTES) / case.measured_value
         gaps.append(measured_s - seconds)
     return max(0.0, round(statistics.median(gaps), 7))
+
+
+MIN_WAVE_OVERHEAD_CASES = 3
+WAVE_OVERHEADS_S = tuple(i * 0.25e-6 for i in range(41))
+
+
+def fit_gemm_wave_overhead_s(machine, device, cases) -> float:
+    """The fixed cost per GEMM wave (0 to 10 us in steps of 0.25 us) that best fits GEMMs too small
+    for their math to hide it: least mean |log(simulated / measured rate)|."""
+    def error(overhead_s: float) -> float:
+        m = replace(machine, calibration=replace(machine.calibration, gemm_wave_overhead_s=overhead_s))
+        return statistics.fmean(abs(math.log(_rate_ratio(c, m, device))) for c in cases)
+    return round(min(WAVE_OVERHEADS_S, key=error), 8)
 
 
 MIN_LOADED_LATENCY_CASES = 3
@@ -192,6 +229,7 @@ FACTOR_LABELS = {
     "dram_bandwidth_fraction": "DRAM",
     "l2_bandwidth_fraction": "L2",
     "host_link_fraction": "host link",
+    "gemm_wave_overhead_s": "GEMM wave overhead",
 }
 """How a calibration ``source`` names each factor fitted from kernels (``overlay_yaml`` and the
 built-in descriptions write ``<label> = median measured/simulated ratio of N case(s)`` and

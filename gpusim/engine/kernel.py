@@ -11,7 +11,8 @@ Per CTA, the model has
   as fluid flows;
 * latency: a CTA can keep only ``bytes_in_flight`` outstanding, so its request rate is at most
   bytes_in_flight / average latency (Little's law); and every wave of a GEMM-like kernel first waits
-  one DRAM latency to fill its pipeline (streaming kernels pay it once) and, after its main loop,
+  one DRAM latency to fill its pipeline plus the description's calibrated fixed cost per wave
+  (streaming kernels pay the latency once) and, after its main loop,
   drains its output tiles (at L2 bandwidth, plus one L2 latency) before the next wave's CTAs start.
 Software pipelining overlaps a CTA's loads with its math, so a CTA progresses at the slowest of these
 rates (a CTA without it, one pipeline stage, waits for its loads: its math and its loads add up); the
@@ -152,6 +153,13 @@ def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_c
                       llc_bytes=llc_bytes_per_cta)
 
 
+def gemm_wave_fill_s(machine: Machine) -> float:
+    """Seconds every wave of a GEMM-like kernel waits before its main loop runs: one DRAM latency to
+    fill its pipeline, plus the calibrated fixed cost of a wave (``gemm_wave_overhead_s``: CTA
+    dispatch and set-up, the last stores' completion), which no overlap hides."""
+    return machine.dram_latency_s + machine.calibration.gemm_wave_overhead_s
+
+
 def wave_drain_s(plan: KernelPlan, machine: Machine, count: int) -> float:
     """Seconds a GEMM-like wave of ``count`` CTAs spends after its main loop that no overlap hides:
     its output tiles drain at L2 bandwidth (or the busiest SM's at that SM's own load/store bandwidth,
@@ -199,7 +207,7 @@ def wave_groups(plan: KernelPlan, machine: Machine) -> list[WaveGroup]:
                and abs(llc[i + run] - llc[i]) <= 1e-9 * max(1.0, llc[i])):
             run += 1
         if plan.prologue_per_wave:
-            prologue = machine.dram_latency_s * run
+            prologue = gemm_wave_fill_s(machine) * run
         else:
             prologue = machine.dram_latency_s if i == 0 else 0.0
         dram_per_cta = sum(waves[i:i + run]) / (count * run)
@@ -235,7 +243,7 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
         if l2 > 0:
             rate = np.minimum(rate, machine.l2_achievable_bytes_per_s / (counts * l2))
         seconds = np.where(rate > 0, 1.0 / rate, np.inf)
-    prologue = machine.dram_latency_s * (len(waves) if plan.prologue_per_wave else 1)
+    prologue = gemm_wave_fill_s(machine) * len(waves) if plan.prologue_per_wave else machine.dram_latency_s
     drain = sum(wave_drain_s(plan, machine, int(c)) * int(np.count_nonzero(counts == c)) for c in np.unique(counts))
     return float(seconds.sum()) + prologue + drain
 

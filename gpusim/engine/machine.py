@@ -26,6 +26,8 @@ class Calibration:
     host_link_fraction: float = 1.0
     host_copy_overhead_s: float = 0.0
     """Fixed host-side cost of one host<->device copy beyond the eager launch (fitted; 0 = none)."""
+    gemm_wave_overhead_s: float = 0.0
+    """Fixed cost of every wave of a GEMM-like kernel beyond its pipeline fill, math and drain (fitted; 0 = none)."""
     peer_link_fraction: float = 1.0
     in_switch_reduction_fraction: float = 1.0
     dynamic_energy_factor: float = 1.0

@@ -11,6 +11,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from gpusim.config.hardware import DTYPE_BYTES
+from gpusim.engine.kernel import gemm_wave_fill_s
 from gpusim.engine.machine import NATIVE_ONLY_MATRIX_DTYPES, Machine
 from gpusim.mapping.occupancy import ctas_per_unit
 from gpusim.mapping.plan import KernelPlan, Tile
@@ -250,7 +251,7 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
         # the wave's epilogue drain is at least one L2 latency plus the busiest SM storing its C tiles
         drain = machine.l2_latency_s + on_busiest * c_tile_bytes / machine.l1_bytes_per_s_per_unit
         main = max(cta_flop / (rate * share), shared_s) * on_busiest
-        return machine.dram_latency_s + main + drain
+        return gemm_wave_fill_s(machine) + main + drain
 
     total = (grid // slots) * wave_s(slots) + (wave_s(grid % slots) if grid % slots else 0.0)
     operand_l2_bytes = grid * (tile.block_m + tile.block_n / tile.cluster) * k_iters * tile.block_k * DTYPE_BYTES[dtype]
