@@ -150,6 +150,15 @@ def fit_host_copy_overhead_s(machine, device, cases) -> float:
     return max(0.0, round(statistics.median(gaps), 7))
 
 
+def _least_log_error(machine, device, cases, name: str, grid) -> float:
+    """The value of the calibration field ``name`` on ``grid`` whose simulation of ``cases`` has the
+    least mean |log(simulated / measured rate)|."""
+    def error(value: float) -> float:
+        m = replace(machine, calibration=replace(machine.calibration, **{name: value}))
+        return statistics.fmean(abs(math.log(_rate_ratio(c, m, device))) for c in cases)
+    return min(grid, key=error)
+
+
 MIN_WAVE_OVERHEAD_CASES = 3
 WAVE_OVERHEADS_S = tuple(i * 0.25e-6 for i in range(41))
 
@@ -157,10 +166,7 @@ WAVE_OVERHEADS_S = tuple(i * 0.25e-6 for i in range(41))
 def fit_gemm_wave_overhead_s(machine, device, cases) -> float:
     """The fixed cost per GEMM wave (0 to 10 us in steps of 0.25 us) that best fits GEMMs too small
     for their math to hide it: least mean |log(simulated / measured rate)|."""
-    def error(overhead_s: float) -> float:
-        m = replace(machine, calibration=replace(machine.calibration, gemm_wave_overhead_s=overhead_s))
-        return statistics.fmean(abs(math.log(_rate_ratio(c, m, device))) for c in cases)
-    return round(min(WAVE_OVERHEADS_S, key=error), 8)
+    return round(_least_log_error(machine, device, cases, "gemm_wave_overhead_s", WAVE_OVERHEADS_S), 8)
 
 
 MIN_LOADED_LATENCY_CASES = 3
@@ -170,10 +176,7 @@ LOADED_LATENCY_SLOPES = tuple(i * 0.05 for i in range(61))
 def fit_loaded_latency_slope(machine, device, cases) -> float:
     """The slope of DRAM latency against DRAM utilization (0 to 3 in steps of 0.05) that best fits
     latency-limited cases: least mean |log(simulated / measured rate)|."""
-    def error(slope: float) -> float:
-        m = replace(machine, calibration=replace(machine.calibration, dram_loaded_latency_slope=slope))
-        return statistics.fmean(abs(math.log(_rate_ratio(c, m, device))) for c in cases)
-    return round(min(LOADED_LATENCY_SLOPES, key=error), 2)
+    return round(_least_log_error(machine, device, cases, "dram_loaded_latency_slope", LOADED_LATENCY_SLOPES), 2)
 
 
 def overlay_yaml(base: str, factors: list[FittedFactor], measurements: str) -> str:
@@ -231,9 +234,13 @@ FACTOR_LABELS = {
     "host_link_fraction": "host link",
     "gemm_wave_overhead_s": "GEMM wave overhead",
 }
-"""How a calibration ``source`` names each factor fitted from kernels (``overlay_yaml`` and the
-built-in descriptions write ``<label> = median measured/simulated ratio of N case(s)`` and
+"""How a calibration ``source`` names each factor fitted from kernels (the built-in descriptions
+write ``<label> = median measured/simulated ratio of N case(s)`` for the rate factors,
+``<label> = least-error fit over N small GEMM case(s)`` for the wave overhead, and
 ``<label> transferred from <stem>'s fit``)."""
+
+QUOTED_COUNT = r"= (?:median measured/simulated ratio of|least-error fit over) (\d+) (?:small GEMM )?case"
+"""How a calibration ``source`` quotes the number of cases a factor was fitted on, after its label."""
 
 REFIT_TOLERANCE = 0.0005
 """Fitted factors are rounded to three decimals: a recorded value that differs from its refit in the
@@ -254,7 +261,7 @@ class StaleFactor:
 
 
 def _close(recorded: float, expected: float) -> bool:
-    if abs(expected) < 1e-3:  # seconds (a copy overhead): fitted to 0.1 us
+    if abs(expected) < 1e-3:  # seconds (a copy or GEMM-wave overhead): fitted to 0.1 or 0.25 us
         return math.isclose(recorded, expected, rel_tol=0.01, abs_tol=1e-9)
     return abs(recorded - expected) < REFIT_TOLERANCE
 
@@ -295,7 +302,7 @@ def stale_calibration(hw: str, cases) -> list[StaleFactor]:
         value = getattr(recorded, f.name)
         if not _close(value, f.value):
             out.append(StaleFactor(name, f.name, value, f.value, f"a refit on {f.num_cases} cases"))
-        quoted = re.search(rf"{re.escape(label)} = median measured/simulated ratio of (\d+) case", source) if label else None
+        quoted = re.search(rf"{re.escape(label)} {QUOTED_COUNT}", source) if label else None
         if quoted and int(quoted.group(1)) != f.num_cases:
             out.append(StaleFactor(name, f"{f.name} case count", float(quoted.group(1)), float(f.num_cases),
                                    "the dataset"))

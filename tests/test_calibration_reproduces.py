@@ -70,12 +70,12 @@ def a100_pcie_cross_validated(cases):
     return results, leave_one_source_out(cases, results)
 
 
-def test_a_compute_bound_gemm_scales_with_the_tensor_factor_refitted_without_its_reference(
+def test_a_gemm_is_resimulated_with_the_factors_its_reference_fitted_refitted_without_it(
         cases, a100_pcie_cross_validated):
-    from gpusim.accuracy_cluster import reference_of
     from dataclasses import replace
 
     from gpusim.accuracy import _to_metric, simulate_case
+    from gpusim.accuracy_cluster import reference_of
     from gpusim.calibration import CV_DATASHEET, fit_calibration
 
     results, cross = a100_pcie_cross_validated
