@@ -227,13 +227,38 @@ def _unfused_rmsnorm_s(case, machine: Machine) -> float:
     return total
 
 
+L2_BENCHMARK_THREADS_PER_BLOCK = 1024
+"""gpu-benches ``gpu-l2-cache`` launches blocks of 1,024 threads (``measure``: ``blockSize = 1024``)."""
+
+
 def _l2_case(case, machine: Machine) -> float:
     """Seconds per byte read when every SM repeatedly reads a buffer of ``working_set_bytes``: the
     hits stream at L2 bandwidth and the misses at DRAM bandwidth, one after the other (each thread's
     sweep waits on its own loads), with the hit share of a cyclic sweep through the hashed,
-    set-associative L2 (:meth:`Machine.cyclic_l2_hit_fraction`)."""
+    set-associative L2 (:meth:`Machine.cyclic_l2_hit_fraction`), or, where the row states the
+    benchmark's ``block_bytes``, at least the share of :func:`l2_shared_slice_hit_fraction`."""
     hit = machine.cyclic_l2_hit_fraction(case.working_set_bytes)
+    if case.block_bytes:
+        hit = max(hit, l2_shared_slice_hit_fraction(machine, case.working_set_bytes, case.block_bytes))
     return hit / machine.l2_achievable_bytes_per_s + (1.0 - hit) / machine.dram_achievable_bytes_per_s
+
+
+def l2_shared_slice_hit_fraction(machine: Machine, working_set_bytes: float, block_bytes: float) -> float:
+    """Hit share from blocks that read the same slice at the same time, whatever the L2's capacity.
+
+    The gpu-benches L2 benchmark hands block i the slice i mod S of its footprint (S = footprint /
+    block_bytes slices) and launches far more blocks than fit, in order, so the SMs hold R
+    consecutive blocks that start together and sweep their slices at the same pace. With S < R,
+    every slice is read by R / S blocks at once, and only the first one's loads miss: the hit share
+    is 1 - S / R. R is the SMs times the blocks one SM holds: the kernel unrolls its loads (each
+    thread keeps block_bytes / 1024 bytes of them in registers), so the register file holds
+    register_file_bytes / block_bytes blocks, at least one (the compiler caps the registers of a
+    1,024-thread block at what the SM has) and at most max_threads / 1024."""
+    slices = working_set_bytes / block_bytes
+    per_unit = max(1, min(machine.max_threads_per_unit // L2_BENCHMARK_THREADS_PER_BLOCK,
+                          int(machine.register_file_bytes // block_bytes)))
+    resident = per_unit * machine.num_units
+    return max(0.0, 1.0 - slices / resident)
 
 
 def _chase_latency_s(working_set: float, machine: Machine, device, bypass_l1: bool = False) -> float:

@@ -40,6 +40,8 @@ KERNEL_OPS = frozenset({
 TIMING_METHODS = frozenset({"kernel_only", "loop_with_launch_gaps", "profiler_kernel", "benchmark_suite"})
 COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "p2p_unidirectional", "p2p_bidirectional"})
 TRAINING_MODES = frozenset({"train", "inference", "decode", "prefill", "serve_throughput"})
+OPTIONAL_COLUMNS = frozenset({"block_bytes"})
+"""Columns added after the format was published: a file without them reads them as empty."""
 
 # Columns an op needs besides the measured value.
 _KERNEL_OP_REQUIRED: Mapping[str, tuple[str, ...]] = {
@@ -90,6 +92,9 @@ class KernelCase:
     num_elements: int | None
     num_bytes: int | None
     working_set_bytes: int | None
+    block_bytes: int | None
+    """L2 bandwidth: the bytes one thread block of the benchmark reads (its slice of the footprint),
+    where the source states it; blocks reading the same slice at once share its misses."""
     occupancy_fraction: float | None
     measured_time_s: float | None
     measured_flop_per_s: float | None
@@ -301,7 +306,7 @@ def _read_cases(path: Path, case_type: type[_Case], check: Callable[[_Case, Call
         if header is None:
             raise ConfigError(display, "", "empty file; expected a header row")
         header = [h.strip() for h in header]
-        missing = [c for c in names if c not in header]
+        missing = [c for c in names if c not in header and c not in OPTIONAL_COLUMNS]
         if missing:
             raise ConfigError(display, "header", f"missing column {missing[0]!r}")
         unknown = [c for c in header if c not in names]
@@ -321,6 +326,8 @@ def _read_cases(path: Path, case_type: type[_Case], check: Callable[[_Case, Call
                     values[name] = parsers[name](cell.strip())
                 except ValueError as exc:
                     raise ConfigError(display, f"row {line}.{name}", str(exc)) from None
+            for name in names:
+                values.setdefault(name, None)  # an optional column the file does not have
             case = case_type(**values, excluded=values["notes"].startswith(EXCLUDE_PREFIX))
 
             def error(column: str, message: str, _line: int = line) -> ConfigError:

@@ -44,3 +44,45 @@ def test_more_ways_sharpen_the_fall_off():
 def test_descriptions_may_state_the_ways():
     hw = load_hardware("a100_sxm4_80gb", ["gpu.l2.set_associativity=24"])
     assert machine_of(hw).l2_set_associativity == 24
+
+
+# ---- the gpu-benches L2 benchmark: blocks that read the same slice at once share its misses
+
+MI210 = machine_of(load_hardware("mi210"))
+KIB = 1024
+
+
+def test_shared_slice_hit_share_by_hand():
+    # MI210: 104 CUs; a 512 KiB block fills the 512 KiB register file, so one block per CU and
+    # R = 104 resident blocks. A 16.5 MiB footprint is 33 slices: 1 - 33/104 of the loads hit.
+    from gpusim.accuracy import l2_shared_slice_hit_fraction
+
+    assert MI210.num_units == 104
+    assert l2_shared_slice_hit_fraction(MI210, 33 * 512 * KIB, 512 * KIB) == pytest.approx(1 - 33 / 104)
+    # more slices than resident blocks: no two blocks read one slice at once
+    assert l2_shared_slice_hit_fraction(MI210, 200 * 512 * KIB, 512 * KIB) == 0.0
+
+
+def test_small_blocks_fit_several_per_sm_and_share_more():
+    # 128 KiB blocks: the register file holds 4 of them, but 2,048 threads allow only 2 blocks of
+    # 1,024, so R = 2 x 104 and 33 slices of 128 KiB hit 1 - 33/208
+    from gpusim.accuracy import l2_shared_slice_hit_fraction
+
+    assert MI210.max_threads_per_unit == 2048
+    assert l2_shared_slice_hit_fraction(MI210, 33 * 128 * KIB, 128 * KIB) == pytest.approx(1 - 33 / 208)
+
+
+def test_a_row_that_states_its_block_bytes_runs_faster_past_the_capacity_only():
+    from dataclasses import replace as copy
+
+    from gpusim.accuracy import _l2_case
+    from gpusim.measurements import load_kernel_cases
+
+    rows = {c.case_id: c for c in load_kernel_cases()}
+    past = rows["mi210_l2_bandwidth_16mb"]  # 2x the 8 MB L2: the cyclic sweep alone hits nothing
+    assert past.block_bytes == 512 * KIB
+    assert MI210.cyclic_l2_hit_fraction(past.working_set_bytes) < 0.01
+    unstated = copy(past, block_bytes=None)
+    assert _l2_case(past, MI210) < 0.7 * _l2_case(unstated, MI210)
+    inside = rows["mi210_l2_bandwidth_4mb"]  # within the L2: the cyclic hit share already rules
+    assert _l2_case(inside, MI210) == _l2_case(copy(inside, block_bytes=None), MI210)

@@ -28,7 +28,7 @@ KINDS = {name: load_hardware(name).kind for name, _ in list_hardware()}
 GPU_STEMS = {name for name, kind in KINDS.items() if kind == "gpu"}  # every row runs on a built-in description
 SYSTEM_STEMS = {name for name, kind in KINDS.items() if kind == "system"}
 KERNEL_HEADER = (
-    "case_id,gpu,op,variant,dtype,m,n,k,batch,rows,cols,num_elements,num_bytes,working_set_bytes,occupancy_fraction,"
+    "case_id,gpu,op,variant,dtype,m,n,k,batch,rows,cols,num_elements,num_bytes,working_set_bytes,block_bytes,occupancy_fraction,"
     "measured_time_s,measured_flop_per_s,measured_bytes_per_s,measured_latency_s,metric,timing_method,library,source,"
     "kind,confidence,notes"
 ).split(",")
@@ -320,6 +320,17 @@ def test_missing_column(tmp_path):
         load_communication_cases(_copy_with(tmp_path, "communication.csv", edit))
     assert info.value.key_path == "header"
     assert "missing column 'measured_busbw_bytes_per_s'" in _one_line(info.value)
+
+
+def test_a_file_without_the_optional_block_bytes_column_reads_it_as_empty(tmp_path):
+    # kernels files written before the column existed (e.g. by older `gpusim measure`) still load
+    def edit(rows, header):
+        return rows, [h for h in header if h != "block_bytes"]
+
+    cases = load_kernel_cases(_copy_with(tmp_path, "kernels.csv", edit))
+    assert len(cases) == len(load_kernel_cases())
+    assert all(c.block_bytes is None for c in cases)
+    assert any(c.block_bytes for c in load_kernel_cases())
 
 
 def test_duplicate_case_id_and_empty_metric_column(tmp_path):

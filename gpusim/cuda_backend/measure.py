@@ -472,7 +472,7 @@ def device_provenance() -> dict[str, Any]:
 
 KERNEL_COLUMNS = (
     "case_id", "gpu", "op", "variant", "dtype", "m", "n", "k", "batch", "rows", "cols", "num_elements", "num_bytes",
-    "working_set_bytes", "occupancy_fraction", "measured_time_s", "measured_flop_per_s", "measured_bytes_per_s",
+    "working_set_bytes", "block_bytes", "occupancy_fraction", "measured_time_s", "measured_flop_per_s", "measured_bytes_per_s",
     "measured_latency_s", "metric", "timing_method", "library", "source", "kind", "confidence", "notes",
 )
 PLAN_COLUMNS = (
