@@ -360,6 +360,11 @@ def _check_kernel(case: KernelCase, error: Callable[[str, str], ConfigError]) ->
             raise error(name, f"required (and nonzero) for op {case.op}")
     if case.occupancy_fraction is not None and case.occupancy_fraction > 1:
         raise error("occupancy_fraction", f"must be in (0, 1], got {case.occupancy_fraction}")
+    if case.block_bytes is not None:
+        if case.op != "l2_bandwidth":
+            raise error("block_bytes", f"only L2-bandwidth rows have a per-block slice, not op {case.op}")
+        if case.block_bytes == 0:
+            raise error("block_bytes", "must be positive (empty = not stated)")
 
 
 def _check_communication(case: CommunicationCase, error: Callable[[str, str], ConfigError]) -> None:

@@ -333,6 +333,21 @@ def test_a_file_without_the_optional_block_bytes_column_reads_it_as_empty(tmp_pa
     assert any(c.block_bytes for c in load_kernel_cases())
 
 
+@pytest.mark.parametrize("row, value, message", [
+    (1, "4096", "only L2-bandwidth rows"),  # data row 1 is a pointer chase
+    (None, "0", "must be positive"),
+])
+def test_block_bytes_only_on_l2_rows_and_positive(tmp_path, row, value, message):
+    def edit(rows, header):
+        index = row if row is not None else next(i for i, r in enumerate(rows) if r["op"] == "l2_bandwidth")
+        rows[index]["block_bytes"] = value
+        return rows, header
+
+    with pytest.raises(ConfigError) as info:
+        load_kernel_cases(_copy_with(tmp_path, "kernels.csv", edit))
+    assert info.value.key_path.endswith(".block_bytes") and message in _one_line(info.value)
+
+
 def test_duplicate_case_id_and_empty_metric_column(tmp_path):
     def duplicate(rows, header):
         rows[1]["case_id"] = rows[0]["case_id"]
