@@ -21,6 +21,7 @@ from gpusim.engine.kernel import simulate_kernel
 from gpusim.engine.machine import Calibration, Machine, machine_of
 from gpusim.engine.simulate import transfer_time_s
 from gpusim.mapping import best_gemm
+from gpusim.mapping.occupancy import REGISTER_BYTES, ctas_per_unit
 from gpusim.mapping.streaming import (elementwise_launch, framework_row_launch, row_launch, scalar_row_launch,
                                      streaming_plan)
 from gpusim.workload.ops import Matmul
@@ -250,14 +251,14 @@ def l2_shared_slice_hit_fraction(machine: Machine, working_set_bytes: float, blo
     block_bytes slices) and launches far more blocks than fit, in order, so the SMs hold R
     consecutive blocks that start together and sweep their slices at the same pace. With S < R,
     every slice is read by R / S blocks at once, and only the first one's loads miss: the hit share
-    is 1 - S / R. R is the SMs times the blocks one SM holds: the kernel unrolls its loads (each
-    thread keeps block_bytes / 1024 bytes of them in registers), so the register file holds
-    register_file_bytes / block_bytes blocks, at least one (the compiler caps the registers of a
-    1,024-thread block at what the SM has) and at most max_threads / 1024."""
+    is 1 - S / R. R is the SMs times the blocks one SM holds (:func:`ctas_per_unit`): the kernel
+    unrolls its loads, so each thread keeps block_bytes / 1024 bytes of them in registers, and at
+    least one block fits (the compiler caps the registers of a 1,024-thread block at what the SM has)."""
     slices = working_set_bytes / block_bytes
-    per_unit = max(1, min(machine.max_threads_per_unit // L2_BENCHMARK_THREADS_PER_BLOCK,
-                          int(machine.register_file_bytes // block_bytes)))
-    resident = per_unit * machine.num_units
+    registers = min(machine.max_registers_per_thread,
+                    math.ceil(block_bytes / L2_BENCHMARK_THREADS_PER_BLOCK / REGISTER_BYTES))
+    per_unit, _ = ctas_per_unit(machine, L2_BENCHMARK_THREADS_PER_BLOCK, registers, 0.0)
+    resident = max(1, per_unit) * machine.num_units
     return max(0.0, 1.0 - slices / resident)
 
 

@@ -309,6 +309,7 @@ def _read_cases(path: Path, case_type: type[_Case], check: Callable[[_Case, Call
         missing = [c for c in names if c not in header and c not in OPTIONAL_COLUMNS]
         if missing:
             raise ConfigError(display, "header", f"missing column {missing[0]!r}")
+        absent = dict.fromkeys(c for c in names if c not in header)  # optional columns the file lacks
         unknown = [c for c in header if c not in names]
         if unknown:
             raise ConfigError(display, "header", f"unknown column {unknown[0]!r}")
@@ -320,14 +321,12 @@ def _read_cases(path: Path, case_type: type[_Case], check: Callable[[_Case, Call
                 continue
             if len(cells) != len(header):
                 raise ConfigError(display, f"row {line}", f"has {len(cells)} cells, the header has {len(header)}")
-            values: dict[str, Any] = {}
+            values: dict[str, Any] = dict(absent)
             for name, cell in zip(header, cells):
                 try:
                     values[name] = parsers[name](cell.strip())
                 except ValueError as exc:
                     raise ConfigError(display, f"row {line}.{name}", str(exc)) from None
-            for name in names:
-                values.setdefault(name, None)  # an optional column the file does not have
             case = case_type(**values, excluded=values["notes"].startswith(EXCLUDE_PREFIX))
 
             def error(column: str, message: str, _line: int = line) -> ConfigError:
