@@ -251,3 +251,51 @@ def test_unpipelined_cta_adds_its_loads_to_its_math(tiny):
     assert four.ctas_per_unit >= 2 and four.grid == 4
     expected = 1e-6 + 2 * 2 * 128 * 128 * 1024 / 1024e9 + 100e-9 + 2 * 32 * 1024 / 64e9
     assert simulate_kernel(four, fast).time_s == pytest.approx(expected, rel=1e-12)
+
+
+def _with_memory_calibration(machine, **values):
+    return replace(machine, calibration=replace(machine.calibration, **values))
+
+
+def test_stores_are_posted_and_travel_with_the_loads(tiny):
+    # 2 CTAs (one per SM) of 32 threads, each thread one 4-byte load in flight: 128 B per CTA per round trip
+    # of 1 us. Each CTA loads 64 KiB (512 trips = 512 us) and stores 64 KiB, which no thread waits for: the
+    # kernel takes the one idle DRAM latency plus 512 us whether or not it stores (256 KiB at 1 GB/s would
+    # take only 262 us).
+    def plan(written):
+        return streaming_plan(tiny, "copy", "elementwise", "fp32", bytes_read=2 * 65536.0, bytes_written=written,
+                              flop=0.0, sfu_ops=0.0, num_ctas=2, threads_per_cta=32, bytes_in_flight_per_thread=4.0)
+    expected = 1e-6 + 512e-6
+    for written in (0.0, 2 * 65536.0):
+        assert simulate_kernel(plan(written), tiny).time_s == pytest.approx(expected, rel=1e-12)
+        assert estimate_kernel_s(plan(written), tiny) == pytest.approx(expected, rel=1e-12)
+
+
+def test_cta_turnaround_bounds_store_only_ctas(tiny):
+    # Two CTAs (one per SM) that only store 128 B each: nothing waits for DRAM, but each CTA lives its
+    # calibrated turnaround, 5,000 cycles at 1 GHz = 5 us (the 256 B take 0.26 us at 1 GB/s), after the
+    # kernel's one idle DRAM latency. Without a turnaround the stores run at DRAM bandwidth.
+    plan = streaming_plan(tiny, "init", "elementwise", "fp32", bytes_read=0.0, bytes_written=256.0, flop=0.0,
+                          sfu_ops=0.0, num_ctas=2, threads_per_cta=32, bytes_in_flight_per_thread=4.0)
+    machine = _with_memory_calibration(tiny, cta_turnaround_cycles=5000.0)
+    assert simulate_kernel(plan, machine).time_s == pytest.approx(1e-6 + 5e-6, rel=1e-12)
+    assert estimate_kernel_s(plan, machine) == pytest.approx(1e-6 + 5e-6, rel=1e-12)
+    assert simulate_kernel(plan, tiny).time_s == pytest.approx(1e-6 + 256 / 1e9, rel=1e-12)
+
+
+@pytest.mark.parametrize("loss", [0.0, 0.15, 0.3])
+def test_read_write_mix_costs_dram_bandwidth(tiny, loss):
+    # The 2^20 fp32 add of the first test (8 MiB read, 4 MiB written: write share 1/3, mix 2 x 1/3) at DRAM
+    # bandwidth loses loss x 2/3 of it; a read-only kernel of the same 12 MiB loses nothing.
+    n = 2**20
+    ctas, threads, in_flight = elementwise_launch(tiny, n, "fp32", 2)
+    machine = _with_memory_calibration(tiny, dram_mixed_traffic_loss_fraction=loss)
+    add = streaming_plan(tiny, "add", "elementwise", "fp32", bytes_read=8.0 * n, bytes_written=4.0 * n,
+                         flop=float(n), sfu_ops=0.0, num_ctas=ctas, threads_per_cta=threads,
+                         bytes_in_flight_per_thread=in_flight)
+    expected = 1e-6 + 12 * 2**20 / (1e9 * (1.0 - loss * 2.0 / 3.0))
+    assert simulate_kernel(add, machine).time_s == pytest.approx(expected, rel=1e-12)
+    assert estimate_kernel_s(add, machine) == pytest.approx(expected, rel=1e-12)
+    assert simulate_kernel(add, machine).dram_bytes == 12 * 2**20  # the bytes themselves are not inflated
+    read_only = replace(add, store_bytes_per_cta=0.0)
+    assert simulate_kernel(read_only, machine).time_s == pytest.approx(1e-6 + 12 * 2**20 / 1e9, rel=1e-12)

@@ -329,6 +329,13 @@ class CalibrationSpec(Spec):
     dram_loaded_latency_slope: Optional[number(ge=0.0, le=10.0)] = None
     """DRAM latency under load = idle latency x (1 + slope x DRAM utilization), as bandwidth-sweep
     measurements at partial occupancy show (queueing in the memory controllers); unset = 0."""
+    dram_mixed_traffic_loss_fraction: Optional[number(ge=0.0, le=0.9)] = None
+    """Share of the achievable DRAM bandwidth lost when reads and writes are evenly mixed (bus
+    turnarounds), as stream kernels that read and write show against those that only read or only
+    write; traffic with write share w loses it x 2 min(w, 1 - w); unset = 0."""
+    cta_turnaround_cycles: Optional[number(ge=0.0, le=1e5)] = None
+    """Fixed lifetime of a streaming kernel's CTA besides its memory round trips (launch, issue,
+    retirement) in SM clock cycles, as a store-only stream at low occupancy shows; unset = 0."""
     dynamic_energy_factor: Optional[number(gt=0.0, le=10.0)] = None
     """Multiplier on every per-FLOP and per-byte energy of ``power.energy`` (the estimates), fitted so a
     large dense GEMM draws the board's TDP, as power-limited GPUs do under sustained tensor load."""

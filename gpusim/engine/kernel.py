@@ -9,8 +9,9 @@ Per CTA, the model has
 * memory: bytes through L2 (all loads and stores), the wave's DRAM bytes (L2 misses and writes) and,
   on a device with a memory-side cache, the L2 misses it serves, shared with every other active CTA
   as fluid flows;
-* latency: a CTA can keep only ``bytes_in_flight`` outstanding, so its request rate is at most
-  bytes_in_flight / average latency (Little's law); and every wave of a GEMM-like kernel first waits
+* latency: a CTA can keep only ``bytes_in_flight`` of loads outstanding, so it makes one round trip
+  of the average latency per ``bytes_in_flight`` it loads (Little's law; its stores are posted and
+  travel with those trips, and a streaming CTA also lives a calibrated turnaround); and every wave of a GEMM-like kernel first waits
   one DRAM latency to fill its pipeline plus the description's calibrated fixed cost per wave
   (streaming kernels pay the latency once) and, after its main loop,
   drains its output tiles (at L2 bandwidth, plus one L2 latency) before the next wave's CTAs start.
@@ -50,6 +51,8 @@ class CtaProfile:
     """Max progress per second allowed by Little's law (1 / seconds per CTA)."""
     llc_bytes: float = 0.0
     """Bytes per CTA that miss L2 and are served by the memory-side cache (not part of ``dram_bytes``)."""
+    dram_capacity_bytes: float | None = None
+    """DRAM capacity the CTA's ``dram_bytes`` use at their read/write mix (None: ``dram_bytes``)."""
     compute_limiter: str = "matrix"
     """What sets ``compute_s``: the ``matrix`` or ``vector`` pipe, ``shared_memory`` (feeding the
     tensor cores), the ``sfu`` (transcendentals), or ``unpipelined_loads`` (math plus the loads an
@@ -112,18 +115,21 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
     return compute_s, in_flight, limiter
 
 
-def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, count=1, llc_bytes=0.0):
-    """Little's law: a CTA with ``in_flight`` outstanding bytes completes at most in_flight / latency
-    bytes per second, the latency weighted by where its requests are served (L2, the memory-side
-    cache's ``llc_bytes``, DRAM); as progress per second (1 = one CTA's work). Works on scalars and on
-    numpy arrays of waves.
+def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, count=1, llc_bytes=0.0,
+                      store_bytes: float = 0.0, turnaround_s: float = 0.0, capacity_per_dram_byte=1.0):
+    """Little's law: a CTA with ``in_flight`` outstanding load bytes makes one round trip per
+    ``in_flight`` bytes it loads, each taking the average latency of where its requests are served
+    (L2, the memory-side cache's ``llc_bytes``, DRAM), and lives ``turnaround_s`` besides (a
+    streaming CTA's launch and retirement); its ``store_bytes`` are posted and travel with those
+    trips. The cap is on progress per second (1 = one CTA's work). Works on scalars and on numpy
+    arrays of waves.
 
     DRAM latency grows with the load on DRAM: L = L0 (1 + s rho), rho the DRAM utilization (the
-    wave's DRAM bytes per second over the achievable bandwidth) and s the calibrated
-    ``dram_loaded_latency_slope`` (0: the idle latency at any load). When Little's law binds, the
-    wave's ``count`` CTAs move R = N m / L(R) DRAM bytes per second (N bytes in flight in all, m the
-    DRAM share of their traffic), a quadratic in R solved in closed form; a wave that saturates DRAM
-    sees its latency at rho = 1."""
+    wave's DRAM bytes per second over the bandwidth achievable at its read/write mix, whose
+    ``capacity_per_dram_byte`` is the capacity one byte uses) and s the calibrated ``dram_loaded_latency_slope``
+    (0: the idle latency at any load). When Little's law binds, the wave's ``count`` CTAs move
+    R = N D / T(R) DRAM bytes per second (D DRAM bytes per CTA, T = turnaround + trips x L(R)), a
+    quadratic in R solved in closed form; a wave that saturates DRAM sees its latency at rho = 1."""
     with np.errstate(divide="ignore", invalid="ignore"):
         hit = np.clip(1.0 - (dram_bytes + llc_bytes) / l2_bytes, 0.0, 1.0) if l2_bytes > 0 \
             else np.zeros_like(dram_bytes)
@@ -132,25 +138,48 @@ def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, 
         miss = 1.0 - hit - llc
         latency = hit * machine.l2_latency_s + llc_latency + miss * machine.dram_latency_s
         traffic = np.maximum(l2_bytes, dram_bytes)
+        loads = np.maximum(traffic - store_bytes, 0.0)
+        trips = np.where(in_flight > 0, loads / in_flight, 0.0)
         if machine.calibration.dram_loaded_latency_slope > 0:
-            bandwidth = machine.dram_achievable_bytes_per_s
-            # latency = c + d R with c the idle average and d its growth per DRAM byte/s
+            bandwidth = machine.dram_achievable_bytes_per_s / capacity_per_dram_byte
+            # T = turnaround + trips (c + d R), c the idle average latency, d its growth per DRAM byte/s
             d = miss * (machine.loaded_dram_latency_s(1.0) - machine.dram_latency_s) / bandwidth
-            dram_in_flight = count * in_flight * np.where(traffic > 0, dram_bytes / traffic, 0.0)
-            root = np.where(d > 0, (np.sqrt(latency ** 2 + 4.0 * d * dram_in_flight) - latency) / (2.0 * d), 0.0)
+            a, b = trips * d, turnaround_s + trips * latency
+            demand = count * dram_bytes
+            root = np.where(a > 0, (np.sqrt(b ** 2 + 4.0 * a * demand) - b) / (2.0 * a),
+                            np.where(b > 0, demand / b, np.inf))
             utilization = np.minimum(root, bandwidth) / bandwidth
             latency = hit * machine.l2_latency_s + llc_latency + miss * machine.loaded_dram_latency_s(utilization)
-        return np.where((traffic > 0) & (in_flight > 0), in_flight / latency / traffic, np.inf)
+        lifetime = turnaround_s + trips * latency
+        return np.where((traffic > 0) & (lifetime > 0), 1.0 / lifetime, np.inf)
+
+
+def dram_capacity_per_byte(plan: KernelPlan, machine: Machine, dram_bytes_per_cta):
+    """DRAM capacity each of a CTA's DRAM bytes uses at the read/write mix of its traffic (its stores
+    are the writes; see :meth:`Machine.dram_mix_cost`). Scalar or array of waves."""
+    if plan.store_bytes_per_cta <= 0 or machine.calibration.dram_mixed_traffic_loss_fraction <= 0:
+        return np.ones_like(np.asarray(dram_bytes_per_cta, dtype=np.float64))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        writes = np.where(dram_bytes_per_cta > 0, np.minimum(1.0, plan.store_bytes_per_cta / dram_bytes_per_cta), 0.0)
+    return machine.dram_mix_cost(writes)
+
+
+def cta_turnaround_s(plan: KernelPlan, machine: Machine) -> float:
+    """A streaming CTA's fixed lifetime besides its round trips (GEMM-like kernels pay CTA set-up in
+    their calibrated per-wave cost instead)."""
+    return 0.0 if plan.prologue_per_wave else machine.calibration.cta_turnaround_cycles / machine.unit_clock_hz
 
 
 def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_cta: float,
                 llc_bytes_per_cta: float = 0.0) -> CtaProfile:
     compute_s, in_flight, limiter = _cta_compute_and_in_flight(plan, machine, count)
+    cost = float(dram_capacity_per_byte(plan, machine, dram_bytes_per_cta))
     latency_cap = float(_latency_cap_rate(in_flight, plan.l2_bytes_per_cta, dram_bytes_per_cta, machine, count,
-                                          llc_bytes_per_cta))
+                                          llc_bytes_per_cta, plan.store_bytes_per_cta, cta_turnaround_s(plan, machine),
+                                          cost))
     return CtaProfile(count=count, compute_s=compute_s, l2_bytes=plan.l2_bytes_per_cta,
                       dram_bytes=dram_bytes_per_cta, latency_cap_rate=latency_cap, compute_limiter=limiter,
-                      llc_bytes=llc_bytes_per_cta)
+                      llc_bytes=llc_bytes_per_cta, dram_capacity_bytes=dram_bytes_per_cta * cost)
 
 
 def gemm_wave_fill_s(machine: Machine) -> float:
@@ -234,10 +263,12 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
     dram = waves / counts
     llc = np.asarray(plan.wave_llc_bytes or np.zeros(len(waves)), dtype=np.float64) / counts
     l2 = plan.l2_bytes_per_cta
+    cost = dram_capacity_per_byte(plan, machine, dram)
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(compute > 0, 1.0 / compute, np.inf)
-        rate = np.minimum(rate, _latency_cap_rate(in_flight, l2, dram, machine, counts, llc))
-        rate = np.minimum(rate, np.where(dram > 0, machine.dram_achievable_bytes_per_s / (counts * dram), np.inf))
+        rate = np.minimum(rate, _latency_cap_rate(in_flight, l2, dram, machine, counts, llc, plan.store_bytes_per_cta,
+                                                  cta_turnaround_s(plan, machine), cost))
+        rate = np.minimum(rate, np.where(dram > 0, machine.dram_achievable_bytes_per_s / (counts * dram * cost), np.inf))
         if plan.wave_llc_bytes:
             rate = np.minimum(rate, np.where(llc > 0, machine.llc_achievable_bytes_per_s / (counts * llc), np.inf))
         if l2 > 0:
@@ -304,9 +335,16 @@ def simulate_kernel(plan: KernelPlan, machine: Machine) -> KernelTiming:
                 yield env.timeout(g.prologue_s)
             p = cta_profile(plan, machine, g.count, g.dram_bytes_per_cta, g.llc_bytes_per_cta)
             start = env.now
-            flow = fluid.add_flow(count=g.count, work=float(g.num_waves),
-                                  demands={"dram": p.dram_bytes, "l2": p.l2_bytes, "llc": p.llc_bytes},
-                                  max_rate=p.max_rate, label=f"wave{g.first_wave}")
+            demands = {"dram": p.dram_bytes if p.dram_capacity_bytes is None else p.dram_capacity_bytes,
+                       "l2": p.l2_bytes, "llc": p.llc_bytes}
+            max_rate = p.max_rate
+            if not math.isfinite(max_rate):
+                # nothing but the shared resources limits these CTAs (no math, no load to wait for): a
+                # cap above what the resources allow lets them bind
+                allowed = [resources[r] / (g.count * d) for r, d in demands.items() if d > 0 and r in resources]
+                max_rate = 2.0 * min(allowed) if allowed else 1e30
+            flow = fluid.add_flow(count=g.count, work=float(g.num_waves), demands=demands,
+                                  max_rate=max_rate, label=f"wave{g.first_wave}")
             yield flow.done
             end = env.now
             if g.drain_s > 0:

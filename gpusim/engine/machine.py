@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace, field
 
+import numpy as np
+
 from gpusim.config.hardware import DEFAULT_L2_SET_ASSOCIATIVITY, Cpu, Gpu
 from gpusim.errors import SimulationError
 
@@ -33,6 +35,12 @@ class Calibration:
     dynamic_energy_factor: float = 1.0
     dram_loaded_latency_slope: float = 0.0
     """DRAM latency under load = idle latency x (1 + slope x utilization); 0 = the idle latency."""
+    dram_mixed_traffic_loss_fraction: float = 0.0
+    """Share of the achievable DRAM bandwidth lost when reads and writes are evenly mixed (the bus
+    turns around between them); traffic with write share w loses it x 2 min(w, 1 - w). 0 = none."""
+    cta_turnaround_cycles: float = 0.0
+    """Fixed lifetime of a streaming kernel's CTA besides its memory round trips (launch, issue,
+    retirement), in SM clock cycles, which CTAs that each touch a few bytes cannot hide; 0 = none."""
     source: str = "uncalibrated (datasheet values)"
 
 
@@ -137,6 +145,13 @@ class Machine:
     @property
     def dram_achievable_bytes_per_s(self) -> float:
         return self.dram_bandwidth_bytes_per_s * self.calibration.dram_bandwidth_fraction
+
+    def dram_mix_cost(self, write_fraction):
+        """DRAM capacity one byte uses when a ``write_fraction`` of the traffic is writes (scalar or
+        array): 1 for one-direction traffic, 1 / (1 - loss) for an even mix (see
+        ``Calibration.dram_mixed_traffic_loss_fraction``)."""
+        mix = 2.0 * np.minimum(write_fraction, 1.0 - write_fraction)
+        return 1.0 / (1.0 - self.calibration.dram_mixed_traffic_loss_fraction * mix)
 
     def loaded_dram_latency_s(self, utilization):
         """DRAM latency at ``utilization`` (0..1 of the achievable bandwidth; scalar or array):

@@ -192,6 +192,7 @@ def _attention_fused(machine: Machine, op) -> KernelPlan:
         end = min(grid, start + slots)
         units_touched = (end - 1) // (blocks_per_head * group) - start // (blocks_per_head * group) + 1
         waves.append(units_touched * shared_per_unit + (end - start) * own_per_cta)
+    epilogue = (block * d * eb + block * 4.0) if forward else 2 * block * d * eb  # O, LSE | dK, dV
     return KernelPlan(
         name=f"attention_{op.variant}[{_FLASH_NAMES[op.kernel]}_{block}]",
         op_kind="attention",
@@ -212,7 +213,8 @@ def _attention_fused(machine: Machine, op) -> KernelPlan:
         useful_flop=op.flop(),
         tile=Tile(block, kv_block, d, stages, max(1, threads // 32)),
         load_waits_per_cta=0.0 if stages > 1 else UNPIPELINED_WAITS_PER_TRIP * streamed_len * frac / kv_block,
-        epilogue_bytes_per_cta=(block * d * eb + block * 4.0) if forward else 2 * block * d * eb,  # O, LSE | dK, dV
+        epilogue_bytes_per_cta=epilogue,
+        store_bytes_per_cta=epilogue,
         executed_flop=executed,
         warp_mma=not asynchronous,
         sfu_overlaps_math=asynchronous,

@@ -331,6 +331,7 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         tile=tile,
         wave_llc_bytes=llc_waves if any(llc_waves) else (),
         epilogue_bytes_per_cta=bm * bn * (ob + extra_c_bytes_per_element) + partials / 2,
+        store_bytes_per_cta=bm * bn * (ob + extra_c_bytes_per_element) + partials / 2,
         shared_operand_bytes_per_cta=shared_operand,
     )
 

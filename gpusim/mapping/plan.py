@@ -78,6 +78,10 @@ class KernelPlan:
     wave_llc_bytes: tuple[float, ...] = ()
     """Bytes of each wave that miss L2 but hit the device's memory-side cache (MI300X Infinity
     Cache); empty when none do. Not part of ``wave_dram_bytes``."""
+    store_bytes_per_cta: float = 0.0
+    """Bytes of ``l2_bytes_per_cta`` the CTA stores (all of which reach DRAM). Stores are posted: no
+    thread waits for them, so Little's law bounds a CTA's loads only, and its stores travel with its
+    loads' round trips; they are the writes of the DRAM traffic's read/write mix."""
     load_waits_per_cta: float = 0.0
     """Memory round trips a CTA without software pipelining (``tile.num_stages`` 1) waits for in
     turn: one for every block it loads just before using it (0 for pipelined kernels)."""

@@ -56,6 +56,7 @@ def streaming_plan(machine: Machine, name: str, op_kind: str, dtype: str, *, byt
         sfu_ops_per_cta=sfu_ops / num_ctas,
         l2_bytes_per_cta=(bytes_read * (1.0 + l2_reread_fraction) + bytes_written) / num_ctas,
         bytes_in_flight_per_cta=in_flight,
+        store_bytes_per_cta=bytes_written / num_ctas,
         wave_dram_bytes=waves,
         prologue_per_wave=False,
         useful_flop=flop,
