@@ -1,12 +1,13 @@
 """C7: "Latency is hidden by thread parallelism; GPUs have large register files."
 A STREAM scale kernel (b[i] = s * a[i], FP64: one 8-byte load and one store per thread) on an H100 PCIe with
 the number of resident threads per SM swept from one warp to the full 2,048, the way gpu-benches sweeps it
-(1,024-thread blocks, fewer blocks per SM when occupancy is cut).  Each thread keeps one 8-byte load in flight,
-so by Little's law an SM sustains at most (resident threads x 8 B) / DRAM latency; the achieved bandwidth
-rises with occupancy until all SMs together have enough bytes in flight to cover bandwidth x latency.
-The latency itself grows with the load on DRAM (queueing in the memory controllers): this card's
-calibration fits L = L0 (1 + s x utilization) to the published sweep, so the curve bends before it
-reaches the DRAM rate.
+(two blocks per SM, their size cut to cut occupancy).  Each thread waits for one 8-byte load; its store is
+posted and travels with it, so by Little's law an SM sustains at most (resident threads x 16 B) per round
+trip, a trip being the DRAM latency plus the CTA's own launch and retirement (the calibrated CTA
+turnaround); the achieved bandwidth rises with occupancy until all SMs together have enough bytes in
+flight to cover bandwidth x latency. The latency itself grows with the load on DRAM (queueing in the
+memory controllers): this card's calibration fits L = L0 (1 + s x utilization) to the published sweep,
+so the curve bends before it reaches the DRAM rate, which an even read/write mix lowers (bus turnarounds).
 The simulated curve is printed beside the published gpu-benches occupancy sweep for the same card."""
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ CPU_ARCH_REGISTER_BYTES_PER_THREAD = 16 * 8 + 32 * 64 + 8 * 8
 
 
 def stream_scale_plan(machine, num_elements: int, resident_threads: int):
-    """The scale kernel with ``resident_threads`` threads resident per SM (blocks of up to 1,024 threads)."""
-    threads = min(1024, resident_threads)
+    """The scale kernel with ``resident_threads`` threads resident per SM (two blocks of half of them, or
+    one warp)."""
+    threads = max(machine.warp_size, resident_threads // 2)
     ctas = math.ceil(num_elements / threads)
     plan = streaming_plan(machine, "stream_scale", "stream", "fp64", bytes_read=num_elements * 8.0,
                           bytes_written=num_elements * 8.0, flop=float(num_elements), sfu_ops=0.0, num_ctas=ctas,
@@ -59,25 +61,29 @@ def main(quick: bool = False, out_dir: Path = Path("example-output")) -> dict:
     n = (2**27 if quick else 2**30) // ELEMENT_BYTES
     measured = published_sweep()
     max_threads = machine.max_threads_per_unit
-    sweep_threads = sorted({32, 64, 128, 256, 512, 1024, 1536, 2048} | {max(32, int(f * max_threads)) for f in measured})
-    peak = machine.dram_achievable_bytes_per_s
+    def resident(fraction: float) -> int:  # two blocks of whole warps, as gpu-benches launches them
+        return 2 * machine.warp_size * max(1, round(fraction * max_threads / (2 * machine.warp_size)))
+    sweep_threads = sorted({32, 64, 128, 256, 512, 1024, 1536, 2048} | {resident(f) for f in measured})
+    peak = machine.dram_achievable_bytes_per_s / float(machine.dram_mix_cost(0.5))  # half the traffic is writes
     slope = machine.calibration.dram_loaded_latency_slope
+    turnaround_s = machine.calibration.cta_turnaround_cycles / machine.unit_clock_hz
     rows = []
     for threads in sweep_threads:
         plan = stream_scale_plan(machine, n, threads)
         t = simulate_kernel(plan, machine)
         occ = threads / max_threads
         in_flight = threads * 8.0 * machine.num_units
+        per_trip = 2.0 * in_flight  # each load's trip also carries the thread's posted store
         achieved = 16.0 * n / t.time_s
-        # the loads' latency at the utilization this kernel reaches (writes are half the traffic)
+        # the loads' latency at the utilization this kernel reaches
         loaded_latency = machine.loaded_dram_latency_s(min(1.0, achieved / peak))
         rows.append({"resident_threads_per_sm": threads, "occupancy_fraction": occ, "time_s": t.time_s,
                      "achieved_bytes_per_s": achieved, "bytes_in_flight": in_flight,
-                     "littles_law_bytes_per_s": in_flight / machine.dram_latency_s,
+                     "littles_law_bytes_per_s": per_trip / (turnaround_s + machine.dram_latency_s),
                      "loaded_latency_s": loaded_latency,
-                     "loaded_littles_law_bytes_per_s": in_flight / loaded_latency, "bound": t.bound,
+                     "loaded_littles_law_bytes_per_s": per_trip / (turnaround_s + loaded_latency), "bound": t.bound,
                      "measured_bytes_per_s": next(
-                         (v for f, v in measured.items() if abs(f * max_threads - threads) < 1), None)})
+                         (v for f, v in measured.items() if resident(f) == threads), None)})
     need = peak * machine.dram_latency_s  # bytes in flight that cover bandwidth x latency
     print(f"{HW}: {machine.num_units} SMs, DRAM {peak / 1e9:,.0f} GB/s achievable, latency "
           f"{machine.dram_latency_s * 1e9:.0f} ns -> Little's law needs {need / 1e6:.2f} MB in flight "
@@ -110,13 +116,15 @@ def main(quick: bool = False, out_dir: Path = Path("example-output")) -> dict:
     ok = gain > 10 and linear_error < 0.25 and saturating["occupancy_fraction"] <= 0.5
     text = (f"one warp per SM reaches {low['achieved_bytes_per_s'] / 1e9:,.0f} GB/s, {gain:.0f}x less than 2,048 "
             f"threads ({full['achieved_bytes_per_s'] / 1e9:,.0f} GB/s); below half the DRAM peak bandwidth tracks "
-            f"threads x 8 B / ({machine.dram_latency_s * 1e9:.0f} ns x (1 + {slope:g} x DRAM utilization)) within "
+            f"threads x 16 B / ({turnaround_s * 1e9:.0f} ns + {machine.dram_latency_s * 1e9:.0f} ns x (1 + {slope:g} x "
+            f"DRAM utilization)) within "
             f"{linear_error:.0%} (Little's law at the loaded latency) and "
             f"reaches {SATURATION_FRACTION:.0%} of its maximum at {saturating['occupancy_fraction']:.0%} occupancy "
             f"({saturating['bytes_in_flight'] / 1e6:.2f} MB in flight vs {need / 1e6:.2f} MB = bandwidth x latency); "
             f"the published sweep differs by {min(errors):+.0%}..{max(errors):+.0%}; "
             f"register file {sm_regs / 1024:.0f} KiB per SM vs {cpu_regs / 1024:.1f} KiB per CPU core")
     return {"rows": rows, "gain_full_vs_one_warp": gain, "linear_region_error_fraction": linear_error,
+            "dram_peak_bytes_per_s": peak,
             "saturation_occupancy_fraction": saturating["occupancy_fraction"],
             "half_occupancy_fraction_of_full": half["achieved_bytes_per_s"] / full["achieved_bytes_per_s"],
             "measured_half_occupancy_fraction_of_full": measured.get(0.5, math.nan) / measured.get(1.0, math.nan),

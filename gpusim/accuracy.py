@@ -32,6 +32,10 @@ STREAM_ARRAY_BYTES = 2**30
 COPY_BYTES = 2**30
 """Copy size for bandwidth cases that do not state one."""
 
+STREAM_BLOCKS_PER_SM = 2
+"""gpu-benches gpu-stream sizes its blocks so that two are resident per SM (main.cu: measureKernels(...,
+blockSize, 2), the carve-out raised until two fit): occupancy x max threads / 2 threads each."""
+
 STREAM_KERNELS = {  # variant -> (arrays read, arrays written)
     "init": (0, 1), "read": (1, 0), "scale": (1, 1), "copy": (1, 1), "triad": (2, 1), "add": (2, 1),
 }
@@ -140,11 +144,12 @@ def _memory_plan(case, machine: Machine):
     if case.op == "stream":
         reads, writes = STREAM_KERNELS[case.variant]
         n = (case.num_bytes or STREAM_ARRAY_BYTES) // 8
-        threads = 1024
-        # gpu-benches: 1024-thread blocks; occupancy set by how many blocks fit (a shared-memory spoiler).
+        # gpu-benches gpu-stream: one element per thread, STREAM_BLOCKS_PER_SM blocks resident per SM (a
+        # shared-memory spoiler sets the carve-out), of whole warps making up the stated occupancy
         occupancy = case.occupancy_fraction or 1.0
-        resident_threads = max(machine.warp_size, int(occupancy * machine.max_threads_per_unit))
-        threads = min(threads, resident_threads)
+        warps = max(1, round(occupancy * machine.max_threads_per_unit / STREAM_BLOCKS_PER_SM / machine.warp_size))
+        threads = min(machine.max_threads_per_cta, warps * machine.warp_size)
+        resident_threads = threads * STREAM_BLOCKS_PER_SM
         ctas = math.ceil(n / threads)
         plan = streaming_plan(machine, f"stream_{case.variant}", "stream", "fp64", bytes_read=reads * n * 8.0,
                               bytes_written=writes * n * 8.0, flop=float(n), sfu_ops=0.0, num_ctas=ctas,

@@ -61,9 +61,43 @@ def _rate_ratio(case, machine, device) -> float:
 def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
     desc = load_hardware(gpu)
     device = desc.gpu if desc.kind != "cpu" else desc.cpu
-    machine = replace(machine_of(desc), calibration=Calibration())
+    # memory factors the description takes from a sibling's fit (its source says "transferred from")
+    # are in place while the others are fitted, as they will be when it runs
+    recorded = machine_of(desc).calibration
+    preset = {name: getattr(recorded, name) for name in _transfers(desc) if name in MEMORY_FACTORS[1:]}
+    machine = replace(machine_of(desc), calibration=Calibration(**preset))
     own = [c for c in cases if c.gpu == gpu and not c.excluded]
-    out = _fit_rate_factors(machine, device, own)
+    full_streams = [c for c in own if c.op == "stream" and (c.occupancy_fraction or 1.0) >= 1.0]
+    partial = [c for c in own if c.op == "stream" and (c.occupancy_fraction or 1.0) < 1.0]
+    store_only = [c for c in partial if c.variant == "init"]
+    mixed_and_one_way = {_writes_and_reads(c) for c in full_streams} == {True, False}
+    memory: list[FittedFactor] = []
+    # The memory factors depend on each other (a full-occupancy read on a fast HBM is latency-limited
+    # too): the read/write loss (with the DRAM fraction), the CTA turnaround and the loaded-latency
+    # slope are fitted in that order, twice, each with the others' latest values in place.
+    for _ in range(2 if partial else 1):
+        memory_machine = _with_fitted(machine, memory, *MEMORY_FACTORS)
+        fitted = []
+        if mixed_and_one_way and "dram_mixed_traffic_loss_fraction" not in preset:
+            loss = fit_mixed_traffic_loss(memory_machine, device, full_streams)
+            fitted.append(FittedFactor("dram_mixed_traffic_loss_fraction", loss, len(full_streams),
+                                       tuple(c.case_id for c in full_streams), "least-error fit"))
+        with_loss = _with_fitted(memory_machine, fitted, "dram_mixed_traffic_loss_fraction")
+        rates = {f.name: f for f in _fit_rate_factors(with_loss, device, own)}
+        if "dram_bandwidth_fraction" in rates:
+            fitted.append(rates["dram_bandwidth_fraction"])
+        if len(store_only) >= MIN_LOADED_LATENCY_CASES and "cta_turnaround_cycles" not in preset:
+            turnaround = fit_cta_turnaround_cycles(_with_fitted(with_loss, fitted, "dram_bandwidth_fraction"), device,
+                                                   store_only)
+            fitted.append(FittedFactor("cta_turnaround_cycles", turnaround, len(store_only),
+                                       tuple(c.case_id for c in store_only), "least-error fit"))
+        if len(partial) >= MIN_LOADED_LATENCY_CASES and "dram_loaded_latency_slope" not in preset:
+            slope = fit_loaded_latency_slope(_with_fitted(with_loss, fitted, *MEMORY_FACTORS), device, partial)
+            fitted.append(FittedFactor("dram_loaded_latency_slope", slope, len(partial),
+                                       tuple(c.case_id for c in partial), "least-error fit"))
+        memory = fitted
+    machine = _with_fitted(machine, memory, *MEMORY_FACTORS[1:])
+    out = [f for f in _fit_rate_factors(machine, device, own)] + [f for f in memory if f.name != "dram_bandwidth_fraction"]
     small_gemms = [c for c in own if c.op == "matmul" and _gemm_flop(c) < LARGE_GEMM_FLOP]
     if len(small_gemms) >= MIN_WAVE_OVERHEAD_CASES:
         # the wave overhead is fitted with the rate factors in place; the rate factors are then refitted
@@ -71,7 +105,7 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
         for _ in range(2):
             overhead = fit_gemm_wave_overhead_s(_with_fitted(machine, out, *RATE_FACTORS), device, small_gemms)
             with_overhead = replace(machine, calibration=replace(machine.calibration, gemm_wave_overhead_s=overhead))
-            out = _fit_rate_factors(with_overhead, device, own)
+            out = _fit_rate_factors(with_overhead, device, own) + [f for f in memory if f.name != "dram_bandwidth_fraction"]
         out.append(FittedFactor("gemm_wave_overhead_s", overhead, len(small_gemms),
                                 tuple(c.case_id for c in small_gemms), "least-error fit"))
     small_copies = [c for c in own if c.op in ("memcpy_h2d", "memcpy_d2h")
@@ -80,12 +114,19 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
         overhead = fit_host_copy_overhead_s(_with_fitted(machine, out, "host_link_fraction"), device, small_copies)
         out.append(FittedFactor("host_copy_overhead_s", overhead, len(small_copies),
                                 tuple(c.case_id for c in small_copies), "median gap (measured - simulated)"))
-    partial = [c for c in own if c.op == "stream" and (c.occupancy_fraction or 1.0) < 1.0]
-    if len(partial) >= MIN_LOADED_LATENCY_CASES:
-        slope = fit_loaded_latency_slope(_with_fitted(machine, out, "dram_bandwidth_fraction"), device, partial)
-        out.append(FittedFactor("dram_loaded_latency_slope", slope, len(partial), tuple(c.case_id for c in partial),
-                                "least-error fit"))
     return out
+
+
+MEMORY_FACTORS = ("dram_bandwidth_fraction", "dram_mixed_traffic_loss_fraction", "cta_turnaround_cycles",
+                  "dram_loaded_latency_slope")
+"""The DRAM-side factors fitted together from stream benchmarks (see :func:`fit_calibration`)."""
+
+
+def _writes_and_reads(case) -> bool:
+    """Whether a stream case both reads and writes (scale, triad) rather than one of them (init, read)."""
+    from gpusim.accuracy import STREAM_KERNELS
+    reads, writes = STREAM_KERNELS[case.variant]
+    return reads > 0 and writes > 0
 
 
 RATE_FACTORS = ("tensor_efficiency_fraction", "vector_efficiency_fraction", "dram_bandwidth_fraction",
@@ -179,6 +220,31 @@ def fit_loaded_latency_slope(machine, device, cases) -> float:
     return round(_least_log_error(machine, device, cases, "dram_loaded_latency_slope", LOADED_LATENCY_SLOPES), 2)
 
 
+MIXED_TRAFFIC_LOSSES = tuple(i * 0.01 for i in range(41))
+
+
+def fit_mixed_traffic_loss(machine, device, cases) -> float:
+    """The share of DRAM bandwidth lost to an even read/write mix (0 to 0.4 in steps of 0.01) under
+    which full-occupancy streams that read and write and those that only read or only write need
+    the same DRAM fraction: least mean |log| spread of their measured/simulated ratios about their
+    median (which becomes ``dram_bandwidth_fraction``)."""
+    def spread(loss: float) -> float:
+        m = replace(machine, calibration=replace(machine.calibration, dram_mixed_traffic_loss_fraction=loss))
+        ratios = [_rate_ratio(c, m, device) for c in cases]
+        middle = statistics.median(ratios)
+        return statistics.fmean(abs(math.log(r / middle)) for r in ratios)
+    return round(min(MIXED_TRAFFIC_LOSSES, key=spread), 2)
+
+
+CTA_TURNAROUNDS_CYCLES = tuple(i * 25.0 for i in range(81))
+
+
+def fit_cta_turnaround_cycles(machine, device, cases) -> float:
+    """A streaming CTA's fixed lifetime (0 to 2000 SM cycles in steps of 25) that best fits store-only
+    streams at partial occupancy, which nothing else limits: least mean |log(simulated / measured rate)|."""
+    return _least_log_error(machine, device, cases, "cta_turnaround_cycles", CTA_TURNAROUNDS_CYCLES)
+
+
 def overlay_yaml(base: str, factors: list[FittedFactor], measurements: str) -> str:
     """A hardware overlay that extends ``base`` with a labelled calibration block."""
     lines = [
@@ -233,6 +299,9 @@ FACTOR_LABELS = {
     "l2_bandwidth_fraction": "L2",
     "host_link_fraction": "host link",
     "gemm_wave_overhead_s": "GEMM wave overhead",
+    "dram_mixed_traffic_loss_fraction": "DRAM read/write mix loss",
+    "cta_turnaround_cycles": "CTA turnaround",
+    "dram_loaded_latency_slope": "DRAM loaded-latency slope",
 }
 """How a calibration ``source`` names each factor fitted from kernels (the built-in descriptions
 write ``<label> = median measured/simulated ratio of N case(s)`` for the rate factors,

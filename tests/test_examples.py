@@ -123,10 +123,10 @@ def test_c07_occupancy(tmp_path):
     rows = out["rows"]
     bw = [r["achieved_bytes_per_s"] for r in rows]
     assert all(b2 >= b1 * 0.999 for b1, b2 in zip(bw, bw[1:]))  # more resident threads never lose bandwidth
-    assert out["linear_region_error_fraction"] < 0.1  # Little's law: threads x 8 B / latency
+    assert out["linear_region_error_fraction"] < 0.1  # Little's law: threads x 16 B / (turnaround + latency)
     assert out["gain_full_vs_one_warp"] > 10
-    for r in rows:  # never above the Little's-law cap or the DRAM rate
-        assert r["achieved_bytes_per_s"] <= min(r["littles_law_bytes_per_s"], 1.89e12) * 1.01
+    for r in rows:  # never above the Little's-law cap or the DRAM rate at scale's read/write mix
+        assert r["achieved_bytes_per_s"] <= min(r["littles_law_bytes_per_s"], out["dram_peak_bytes_per_s"]) * 1.01
     assert out["saturation_occupancy_fraction"] <= 0.5
     # half occupancy already gets most of the bandwidth, as in the published sweep (1,583 / 1,704 GB/s)
     assert out["half_occupancy_fraction_of_full"] == pytest.approx(out["measured_half_occupancy_fraction_of_full"],
