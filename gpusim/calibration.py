@@ -15,6 +15,12 @@ clock and issue efficiency, achievable DRAM bandwidth), not any single point:
 * ``dram_loaded_latency_slope``: stream benchmarks at partial occupancy, which Little's law limits:
   the slope (on a 0.05 grid) whose loaded DRAM latency gives the least mean absolute log error,
   with the fitted DRAM fraction applied. Fitted only from at least three such cases.
+* ``dram_mixed_traffic_loss_fraction``: full-occupancy streams that both read and write (scale,
+  triad) against those that only read or write: the loss (0.01 grid) under which they need the same
+  DRAM fraction. Fitted where both kinds were measured, before the DRAM fraction.
+* ``cta_turnaround_cycles``: store-only streams at partial occupancy (25-cycle grid), at least three.
+
+The four DRAM-side factors depend on each other and are fitted together (:func:`fit_calibration`).
 
 A built-in description whose calibration ``source`` says it was fitted by ``gpusim calibrate`` must
 stay reproducible as the engine changes: :func:`stale_calibration` refits it and lists every value
@@ -29,7 +35,7 @@ import re
 import statistics
 from dataclasses import dataclass, replace
 
-from gpusim.accuracy import COPY_BYTES, _to_metric, gpusim_dtype, simulate_case
+from gpusim.accuracy import COPY_BYTES, STREAM_KERNELS, _to_metric, gpusim_dtype, simulate_case
 from gpusim.config.library import load_hardware
 from gpusim.engine.kernel import simulate_kernel
 from gpusim.engine.machine import Calibration, machine_of
@@ -76,7 +82,8 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
     # too): the read/write loss (with the DRAM fraction), the CTA turnaround and the loaded-latency
     # slope are fitted in that order, twice, each with the others' latest values in place.
     for _ in range(2 if partial else 1):
-        memory_machine = _with_fitted(machine, memory, *MEMORY_FACTORS)
+        # the DRAM fraction stays 1 here: _fit_rate_factors refits it as a ratio to the datasheet rate
+        memory_machine = _with_fitted(machine, memory, *MEMORY_FACTORS[1:])
         fitted = []
         if mixed_and_one_way and "dram_mixed_traffic_loss_fraction" not in preset:
             loss = fit_mixed_traffic_loss(memory_machine, device, full_streams)
@@ -97,7 +104,8 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
                                        tuple(c.case_id for c in partial), "least-error fit"))
         memory = fitted
     machine = _with_fitted(machine, memory, *MEMORY_FACTORS[1:])
-    out = [f for f in _fit_rate_factors(machine, device, own)] + [f for f in memory if f.name != "dram_bandwidth_fraction"]
+    latency_factors = [f for f in memory if f.name != "dram_bandwidth_fraction"]  # the DRAM fraction is a rate factor
+    out = _fit_rate_factors(machine, device, own) + latency_factors
     small_gemms = [c for c in own if c.op == "matmul" and _gemm_flop(c) < LARGE_GEMM_FLOP]
     if len(small_gemms) >= MIN_WAVE_OVERHEAD_CASES:
         # the wave overhead is fitted with the rate factors in place; the rate factors are then refitted
@@ -105,7 +113,7 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
         for _ in range(2):
             overhead = fit_gemm_wave_overhead_s(_with_fitted(machine, out, *RATE_FACTORS), device, small_gemms)
             with_overhead = replace(machine, calibration=replace(machine.calibration, gemm_wave_overhead_s=overhead))
-            out = _fit_rate_factors(with_overhead, device, own) + [f for f in memory if f.name != "dram_bandwidth_fraction"]
+            out = _fit_rate_factors(with_overhead, device, own) + latency_factors
         out.append(FittedFactor("gemm_wave_overhead_s", overhead, len(small_gemms),
                                 tuple(c.case_id for c in small_gemms), "least-error fit"))
     small_copies = [c for c in own if c.op in ("memcpy_h2d", "memcpy_d2h")
@@ -124,7 +132,6 @@ MEMORY_FACTORS = ("dram_bandwidth_fraction", "dram_mixed_traffic_loss_fraction",
 
 def _writes_and_reads(case) -> bool:
     """Whether a stream case both reads and writes (scale, triad) rather than one of them (init, read)."""
-    from gpusim.accuracy import STREAM_KERNELS
     reads, writes = STREAM_KERNELS[case.variant]
     return reads > 0 and writes > 0
 
