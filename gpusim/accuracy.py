@@ -20,11 +20,11 @@ from gpusim.config.library import builtin_files, load_hardware
 from gpusim.engine.kernel import simulate_kernel
 from gpusim.engine.machine import Calibration, Machine, machine_of
 from gpusim.engine.simulate import transfer_time_s
-from gpusim.mapping import best_gemm
+from gpusim.mapping import best_gemm, map_op
 from gpusim.mapping.occupancy import REGISTER_BYTES, ctas_per_unit
 from gpusim.mapping.streaming import (elementwise_launch, framework_row_launch, row_launch, scalar_row_launch,
                                      streaming_plan)
-from gpusim.workload.ops import Matmul
+from gpusim.workload.ops import Attention, Matmul
 
 STREAM_ARRAY_BYTES = 2**30
 """Array size for stream cases that do not state one (large enough that L2 plays no role)."""
@@ -114,6 +114,13 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
         min_bytes = (case.m * case.k + case.k * case.n + case.m * case.n) * eb * batch
         roof = max(flop / peak, min_bytes / device.dram.bandwidth_bytes_per_s) if peak else None
         return t, roof
+    if op == "attention":
+        attention = attention_of(case)
+        t = sum(_timed_kernel_s(machine, plan, case.timing_method) for plan in map_op(attention, machine))
+        peak = matrix_peak_flop_per_s(device, attention.dtype, fp32_accumulate=True)
+        moved = attention.bytes_read() + attention.bytes_written()
+        roof = max(attention_benchmark_flop(case) / peak, moved / device.dram.bandwidth_bytes_per_s) if peak else None
+        return t, roof
     if op in ("elementwise", "stream", "softmax", "layernorm", "rmsnorm"):
         roofline_s = _moved_bytes(case) / device.dram.bandwidth_bytes_per_s
         if op == "rmsnorm" and case.variant == "hf_eager":
@@ -134,6 +141,29 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
         # of the DMA's latency and bytes
         return machine.kernel_launch_s + transfer_time_s(machine, case.num_bytes or COPY_BYTES), None
     raise ValueError(f"no simulation for op {op!r}")
+
+
+ATTENTION_KERNEL_OF_LIBRARY = {"flash-attn2": "fused", "flash-attn3": "fused_async", "cudnn": "fused_async"}
+"""gpusim's attention kernel for each library a measured row ran: FlashAttention-2 issues warp-level
+MMA and runs the softmax between the products; FlashAttention-3 and cuDNN's Hopper kernels are
+warp-specialized, with asynchronous MMA overlapping the softmax."""
+
+
+def attention_of(case) -> Attention:
+    """The attention op of a measured row (batch, rows = heads, m / n = query / key length, k = head dim)."""
+    direction, _, mask = case.variant.partition("_")
+    return Attention(batch=case.batch, heads=case.rows, seq_len_q=case.m, seq_len_kv=case.n, head_dim=case.k,
+                     causal=mask == "causal", dtype=gpusim_dtype(case.dtype),
+                     kernel=ATTENTION_KERNEL_OF_LIBRARY[case.library], variant=direction)
+
+
+def attention_benchmark_flop(case) -> float:
+    """The FLOP the FlashAttention benchmarks divide by (the convention of their published TFLOPS):
+    4 x batch x heads x seq_q x seq_kv x head_dim for the two forward products, 2.5 times that for the
+    backward (its five products), halved under a causal mask."""
+    direction, _, mask = case.variant.partition("_")
+    flop = 4.0 * case.batch * case.rows * case.m * case.n * case.k
+    return flop * (2.5 if direction == "backward" else 1.0) / (2.0 if mask == "causal" else 1.0)
 
 
 def _memory_plan(case, machine: Machine):
@@ -287,6 +317,8 @@ def _to_metric(case, seconds: float) -> float:
     if metric in ("time_s", "latency_s"):
         return seconds
     if metric == "flop_per_s":
+        if case.op == "attention":
+            return attention_benchmark_flop(case) / seconds
         return 2.0 * case.m * case.n * case.k * (case.batch or 1) / seconds
     if metric == "bytes_per_s":
         if case.op == "l2_bandwidth":

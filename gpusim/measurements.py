@@ -34,9 +34,11 @@ KINDS = frozenset({"M", "D", "T"})
 CONFIDENCES = frozenset({"A", "B", "C"})
 
 KERNEL_OPS = frozenset({
-    "matmul", "elementwise", "softmax", "layernorm", "rmsnorm", "stream", "l1_bandwidth", "l2_bandwidth",
-    "pointer_chase", "memcpy_h2d", "memcpy_d2h", "memcpy_p2p",
+    "matmul", "attention", "elementwise", "softmax", "layernorm", "rmsnorm", "stream", "l1_bandwidth",
+    "l2_bandwidth", "pointer_chase", "memcpy_h2d", "memcpy_d2h", "memcpy_p2p",
 })
+ATTENTION_VARIANTS = frozenset({"forward", "forward_causal", "backward", "backward_causal"})
+ATTENTION_LIBRARIES = frozenset({"flash-attn2", "flash-attn3", "cudnn"})
 TIMING_METHODS = frozenset({"kernel_only", "loop_with_launch_gaps", "profiler_kernel", "benchmark_suite"})
 COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "p2p_unidirectional", "p2p_bidirectional"})
 TRAINING_MODES = frozenset({"train", "inference", "decode", "prefill", "serve_throughput"})
@@ -46,6 +48,8 @@ OPTIONAL_COLUMNS = frozenset({"block_bytes"})
 # Columns an op needs besides the measured value.
 _KERNEL_OP_REQUIRED: Mapping[str, tuple[str, ...]] = {
     "matmul": ("m", "n", "k", "batch", "dtype"),
+    # attention: batch, rows = heads, m = query length, n = key length, k = head dim
+    "attention": ("variant", "m", "n", "k", "batch", "rows", "dtype", "library"),
     "elementwise": ("variant", "num_elements", "dtype"),
     "softmax": ("rows", "cols", "dtype"),
     "layernorm": ("rows", "cols", "dtype"),
@@ -357,6 +361,12 @@ def _check_kernel(case: KernelCase, error: Callable[[str, str], ConfigError]) ->
     for name in _KERNEL_OP_REQUIRED[case.op]:
         if getattr(case, name) in (None, 0):
             raise error(name, f"required (and nonzero) for op {case.op}")
+    if case.op == "attention":
+        if case.variant not in ATTENTION_VARIANTS:
+            raise error("variant", f"attention must be one of {sorted(ATTENTION_VARIANTS)}, got {case.variant!r}")
+        if case.library not in ATTENTION_LIBRARIES:
+            raise error("library", f"attention rows name their kernel's library, one of {sorted(ATTENTION_LIBRARIES)}; "
+                                   f"got {case.library!r}")
     if case.occupancy_fraction is not None and case.occupancy_fraction > 1:
         raise error("occupancy_fraction", f"must be in (0, 1], got {case.occupancy_fraction}")
     if case.block_bytes is not None:

@@ -5,13 +5,16 @@ The recorded values live in measurements/published/accuracy_recorded.json; re-re
 """
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from gpusim.accuracy import op_group, run_accuracy, summarize
+from gpusim.accuracy import (ATTENTION_KERNEL_OF_LIBRARY, attention_benchmark_flop, attention_of, op_group, run_accuracy,
+                             summarize)
 from gpusim.accuracy_cluster import run_communication, run_training
-from gpusim.measurements import load_communication_cases, load_kernel_cases, load_training_cases, published_dir
+from gpusim.measurements import (ATTENTION_LIBRARIES, load_communication_cases, load_kernel_cases, load_training_cases,
+                                 published_dir)
 
 RECORDED = json.loads((Path(published_dir()) / "accuracy_recorded.json").read_text())
 TOLERANCE = 0.005  # half a percentage point of MAPE
@@ -61,3 +64,41 @@ def test_training_mape_does_not_regress():
     results, _ = run_training(load_training_cases())
     assert len(results) >= 20
     assert summarize(results)[0].mape_fraction <= RECORDED["training"]["all"] + TOLERANCE
+
+
+def _attention_case(variant: str, library: str = "flash-attn2"):
+    attention = [c for c in load_kernel_cases() if c.op == "attention"]
+    base = next(c for c in attention if c.library == library)
+    return replace(base, variant=variant, batch=2, rows=3, m=4, n=4, k=8)
+
+
+def test_attention_rows_use_the_flashattention_flop_convention():
+    # 4 b h s^2 d = 4 * 2 * 3 * 16 * 8 = 3072 for the forward; the backward's five products count
+    # 2.5 times that; a causal mask halves either
+    assert attention_benchmark_flop(_attention_case("forward")) == 3072.0
+    assert attention_benchmark_flop(_attention_case("forward_causal")) == 1536.0
+    assert attention_benchmark_flop(_attention_case("backward")) == 7680.0
+    assert attention_benchmark_flop(_attention_case("backward_causal")) == 3840.0
+
+
+def test_attention_rows_map_to_the_library_kernel():
+    fa2 = attention_of(_attention_case("forward_causal", "flash-attn2"))
+    assert (fa2.kernel, fa2.variant, fa2.causal, fa2.heads, fa2.head_dim) == ("fused", "forward", True, 3, 8)
+    for library in ("flash-attn3", "cudnn"):
+        op = attention_of(_attention_case("backward", library))
+        assert (op.kernel, op.variant, op.causal) == ("fused_async", "backward", False)
+
+
+def test_warp_specialized_attention_is_simulated_faster_than_flashattention2(kernel_results):
+    # the published H100 figures order them so at every length (FlashAttention-3 over -2); the
+    # simulation must too, for the same rows
+    results, _ = kernel_results
+    simulated = {r.case_id: r.simulated for r in results if r.op == "attention"}
+    pairs = [(cid, cid.replace("_fa2_", "_fa3_")) for cid in simulated if "_fa2_" in cid]
+    assert len(pairs) == 18
+    for fa2, fa3 in pairs:
+        assert simulated[fa3] > simulated[fa2], fa3
+
+
+def test_every_attention_library_a_row_may_name_has_a_kernel():
+    assert set(ATTENTION_KERNEL_OF_LIBRARY) == ATTENTION_LIBRARIES

@@ -348,6 +348,22 @@ def test_block_bytes_only_on_l2_rows_and_positive(tmp_path, row, value, message)
     assert info.value.key_path.endswith(".block_bytes") and message in _one_line(info.value)
 
 
+@pytest.mark.parametrize("column, value, message", [
+    ("variant", "fwd", "attention must be one of"),
+    ("library", "xformers", "attention rows name their kernel's library"),
+    ("rows", "", "required (and nonzero) for op attention"),
+])
+def test_attention_rows_are_checked(tmp_path, column, value, message):
+    def edit(rows, header):
+        index = next(i for i, r in enumerate(rows) if r["op"] == "attention")
+        rows[index][column] = value
+        return rows, header
+
+    with pytest.raises(ConfigError) as info:
+        load_kernel_cases(_copy_with(tmp_path, "kernels.csv", edit))
+    assert info.value.key_path.endswith("." + column) and message in _one_line(info.value)
+
+
 def test_duplicate_case_id_and_empty_metric_column(tmp_path):
     def duplicate(rows, header):
         rows[1]["case_id"] = rows[0]["case_id"]
