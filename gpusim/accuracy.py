@@ -96,13 +96,18 @@ def _timed_kernel_s(machine: Machine, plan, timing_method: str) -> float:
     return kernel_s + machine.graph_kernel_launch_s
 
 
+def matmul_flop(case) -> float:
+    """FLOP of a matmul row: 2 m n k per product, ``batch`` products (1 unless stated)."""
+    return 2.0 * case.m * case.n * case.k * (case.batch or 1)
+
+
 def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
     """(simulated time or latency in seconds, roofline time in seconds or None) of one case."""
     op = case.op
     if op == "matmul":
         batch = case.batch or 1
         dtype = gpusim_dtype(case.dtype)
-        flop = 2.0 * case.m * case.n * case.k * batch
+        flop = matmul_flop(case)
         eb = DTYPE_BYTES[dtype]
         # the published GEMMs multiply contiguous, untransposed tensors (the op's default layout)
         strides = Matmul(m=case.m, n=case.n, k=case.k, batch=batch, dtype=dtype).row_strides_bytes()
@@ -319,7 +324,7 @@ def _to_metric(case, seconds: float) -> float:
     if metric == "flop_per_s":
         if case.op == "attention":
             return attention_benchmark_flop(case) / seconds
-        return 2.0 * case.m * case.n * case.k * (case.batch or 1) / seconds
+        return matmul_flop(case) / seconds
     if metric == "bytes_per_s":
         if case.op == "l2_bandwidth":
             return 1.0 / seconds

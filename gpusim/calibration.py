@@ -35,7 +35,7 @@ import re
 import statistics
 from dataclasses import dataclass, replace
 
-from gpusim.accuracy import COPY_BYTES, STREAM_KERNELS, _to_metric, gpusim_dtype, simulate_case
+from gpusim.accuracy import COPY_BYTES, STREAM_KERNELS, _to_metric, gpusim_dtype, matmul_flop, simulate_case
 from gpusim.config.library import load_hardware
 from gpusim.engine.kernel import simulate_kernel
 from gpusim.engine.machine import Calibration, machine_of
@@ -106,7 +106,7 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
     machine = _with_fitted(machine, memory, *MEMORY_FACTORS[1:])
     latency_factors = [f for f in memory if f.name != "dram_bandwidth_fraction"]  # the DRAM fraction is a rate factor
     out = _fit_rate_factors(machine, device, own) + latency_factors
-    small_gemms = [c for c in own if c.op == "matmul" and _gemm_flop(c) < LARGE_GEMM_FLOP]
+    small_gemms = [c for c in own if c.op == "matmul" and matmul_flop(c) < LARGE_GEMM_FLOP]
     if len(small_gemms) >= MIN_WAVE_OVERHEAD_CASES:
         # the wave overhead is fitted with the rate factors in place; the rate factors are then refitted
         # with it (their large GEMMs pay it once per wave too) and it is fitted once more
@@ -141,10 +141,6 @@ RATE_FACTORS = ("tensor_efficiency_fraction", "vector_efficiency_fraction", "dra
 """The factors fitted as median measured/simulated rate ratios."""
 
 
-def _gemm_flop(case) -> float:
-    return 2.0 * case.m * case.n * case.k * (case.batch or 1)
-
-
 def _fit_rate_factors(machine, device, cases) -> list[FittedFactor]:
     """The median-ratio factors (see the module docstring) over ``cases`` of one GPU, each simulated
     on ``machine`` (whose own rate factors should be 1)."""
@@ -152,7 +148,7 @@ def _fit_rate_factors(machine, device, cases) -> list[FittedFactor]:
     for case in cases:
         factor = None
         if case.op == "matmul":
-            flop = _gemm_flop(case)
+            flop = matmul_flop(case)
             if flop < LARGE_GEMM_FLOP:
                 continue
             plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, case.batch or 1,

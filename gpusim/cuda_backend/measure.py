@@ -29,6 +29,7 @@ import numpy as np
 from gpusim.cuda_backend import plans as P
 from gpusim.engine.machine import Machine
 from gpusim.mapping.plan import KernelPlan
+from gpusim.measurements import KernelCase, columns
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 
@@ -470,11 +471,8 @@ def device_provenance() -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------- the rows
 
-KERNEL_COLUMNS = (
-    "case_id", "gpu", "op", "variant", "dtype", "m", "n", "k", "batch", "rows", "cols", "num_elements", "num_bytes",
-    "working_set_bytes", "block_bytes", "occupancy_fraction", "measured_time_s", "measured_flop_per_s", "measured_bytes_per_s",
-    "measured_latency_s", "metric", "timing_method", "library", "source", "kind", "confidence", "notes",
-)
+KERNEL_COLUMNS = columns(KernelCase)
+"""The published kernels.csv columns, in file order (the rows this module writes load as measurements)."""
 PLAN_COLUMNS = (
     "case_id", "plan_name", "pipe", "compute_dtype", "grid", "threads_per_cta", "registers_per_thread",
     "measured_registers_per_thread", "shared_bytes_per_cta", "ctas_per_sm", "block_m", "block_n", "block_k",

@@ -309,6 +309,7 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
     partials = (bm * bn * 4.0 * 2) if sk > 1 else 0.0
     l2_per_cta = (bm + bn / tile.cluster) * k_iters * bk * eb + bm * bn * (ob + extra_c_bytes_per_element) + partials
     flop_per_cta = 2.0 * bm * bn * k_iters * bk
+    c_store = bm * bn * (ob + extra_c_bytes_per_element) + partials / 2  # C tile (and split-K partials)
     shared_operand = shared_operand_bytes_per_cta(machine, dtype, tile, math.ceil(threads / machine.warp_size), k_iters)
     return KernelPlan(
         name=f"{name}[{tile.label()}]",
@@ -330,8 +331,8 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         useful_flop=useful_flop,
         tile=tile,
         wave_llc_bytes=llc_waves if any(llc_waves) else (),
-        epilogue_bytes_per_cta=bm * bn * (ob + extra_c_bytes_per_element) + partials / 2,
-        store_bytes_per_cta=bm * bn * (ob + extra_c_bytes_per_element) + partials / 2,
+        epilogue_bytes_per_cta=c_store,
+        store_bytes_per_cta=c_store,
         shared_operand_bytes_per_cta=shared_operand,
     )
 
