@@ -5,7 +5,8 @@ Per CTA, the model has
   by how many warps the CTAs give the SM's schedulers; warp-synchronous MMA at the device's
   ``warp_mma_fraction`` of the matrix rate), and no faster than the SM's shared memory feeds the
   tensor cores the staged tiles (which caps small tiles), plus transcendental ops on the SFUs
-  (overlapped with the math instead for warp-specialized kernels);
+  (overlapped with the math instead for warp-specialized kernels), plus the FP32 instructions the
+  same warps execute between their products (fused attention's online softmax);
 * memory: bytes through L2 (all loads and stores), the wave's DRAM bytes (L2 misses and writes) and,
   on a device with a memory-side cache, the L2 misses it serves, shared with every other active CTA
   as fluid flows;
@@ -100,6 +101,11 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
         if sfu_s > compute_s:
             limiter = "sfu"
         compute_s = max(compute_s, sfu_s) if plan.sfu_overlaps_math else compute_s + sfu_s
+    if plan.vector_ops_per_cta > 0:
+        # one FP32 instruction per element operation: half the vector pipe's FLOP rate (FMA = 2 FLOP)
+        ops_rate = (machine.vector_rate_per_unit("fp32") or 0.0) / 2.0 * issue_share / per_busiest_unit
+        if ops_rate > 0:
+            compute_s += plan.vector_ops_per_cta / ops_rate
     if not plan.pipelined and plan.l2_bytes_per_cta > 0:
         # Without software pipelining a CTA's loads and its math take turns: its own math, its bytes
         # at its SM's share of L2 bandwidth, and one L2 latency per load it waits for add up. Other

@@ -19,9 +19,9 @@ from gpusim.config.hardware import DTYPE_BYTES
 from gpusim.engine.kernel import estimate_kernel_s
 from gpusim.engine.machine import NATIVE_ONLY_MATRIX_DTYPES, Machine
 from gpusim.errors import SimulationError
+from gpusim.mapping.attention import fused_attention_plans
 from gpusim.mapping.gemm import (gemm_lower_bound_s, gemm_plan, output_bytes_per_element, tile_candidates,
                                  uses_matrix_pipe)
-from gpusim.mapping.occupancy import ctas_per_unit
 from gpusim.mapping.plan import KernelPlan, Tile
 from gpusim.mapping.streaming import elementwise_launch, framework_row_launch, row_launch, streaming_plan
 
@@ -127,100 +127,6 @@ def _conv2d(machine: Machine, op) -> KernelPlan:
                      a_unique_fraction=a_unique, b_unique_fraction=b_unique, sfu_ops_per_output=sfu)
 
 
-UNPIPELINED_WAITS_PER_TRIP = 3
-"""Loads the 2022 Triton FlashAttention waits for in each trip of its main loop (flash_attn_triton.py,
-num_stages=1): forward the K block, a scratch store-and-reload of the rescale factors (its
-workaround for a compiler bug) and the V block; backward the Q block, the dO block and the row
-statistics (LSE and D)."""
-
-_FLASH_NAMES = {"fused": "flash", "fused_async": "flash_async", "fused_unpipelined": "flash_unpipelined"}
-
-
-def _attention_fused(machine: Machine, op) -> KernelPlan:
-    """A flash-attention kernel. Forward: each CTA owns ``block`` queries of one head and streams that
-    head's K and V; backward: each CTA owns ``block`` keys and streams the head's Q, dO and dQ
-    (FlashAttention-2). Scores never reach DRAM; CTAs of one (KV) head share its data in L2.
-    ``fused`` kernels issue warp-synchronous MMA and run the softmax between the matrix products (as
-    FlashAttention-2 does); ``fused_async`` kernels use the native asynchronous MMA and overlap the
-    softmax with the products (FlashAttention-3's warp specialization); ``fused_unpipelined`` kernels
-    are ``fused`` with one pipeline stage, waiting for every block they load (the 2022 Triton kernel)."""
-    asynchronous = op.kernel == "fused_async"
-    # The unpipelined kernel (2022 Triton FlashAttention) loads one K/V block at a time (num_stages=1)
-    # into 128 x 128 blocks with 8 warps in both passes (flash_attn_triton.py's launch parameters).
-    stages = 1 if op.kernel == "fused_unpipelined" else 2
-    dtype = op.dtype
-    eb = DTYPE_BYTES[dtype]
-    d = op.head_dim
-    heads = op.batch * op.heads
-    forward = op.variant == "forward"
-    own_len, streamed_len = (op.seq_len_q, op.seq_len_kv) if forward else (op.seq_len_kv, op.seq_len_q)
-    threads = (128 if forward and stages > 1 else 256) if machine.kind == "gpu" else machine.max_threads_per_cta
-    registers = 255 if machine.kind == "gpu" else 32
-    # The largest tile whose shared memory fits (own block; streamed blocks of kv_block rows, one per
-    # pipeline stage): devices with less shared memory per CTA (MI300X: 64 KB LDS) get smaller tiles.
-    first = ((128, 128),) if stages == 1 else ()
-    for block, kv_block in first + ((128, 64), (64, 64), (64, 32), (32, 32), (16, 16)):
-        block = block if own_len >= block else max(16, 16 * math.ceil(own_len / 16))
-        if forward:
-            shared = int((block + 2 * kv_block * stages) * d * eb)
-        else:
-            shared = int((2 * block + 2 * kv_block) * d * eb)
-        per_unit, limiter = ctas_per_unit(machine, threads, registers, shared)
-        if per_unit > 0:
-            break
-    else:
-        raise SimulationError(f"attention: no fused attention tile fits {machine.name}")
-    blocks_per_head = math.ceil(own_len / block)
-    grid = heads * blocks_per_head
-    executed = op.executed_flop()
-    frac = op.useful_fraction()
-    flop_per_cta = executed / grid * (blocks_per_head * block / own_len)  # padded last block
-    sfu_per_cta = op.num_scores() * frac * (1 if forward else 2) / grid
-    slots = per_unit * machine.num_units
-    # DRAM: each CTA's own block (Q and O rows forward; K, V, dK, dV rows backward) once, and the data
-    # it streams once per wave for every head group the wave touches (shared in L2 by its CTAs).
-    group = max(1, op.heads // op.num_kv_heads) if forward else 1
-    own_per_cta = (2 * block * d * eb + block * 4.0) if forward else 4 * block * d * eb
-    units = heads // group
-    shared_per_unit = max(0.0, op.bytes_read() + op.bytes_written() - own_per_cta * grid) / units
-    if forward:  # Q block + its output; streams K and V of the head (read from a KV cache: its storage format)
-        l2_per_cta = own_per_cta + 2 * streamed_len * d * DTYPE_BYTES[op.kv_dtype or dtype] * frac
-    else:  # K, V block + dK, dV; streams Q, dO, O rows and read-modify-writes dQ in FP32
-        l2_per_cta = own_per_cta + streamed_len * d * (3 * eb + 2 * 4) * frac
-    waves = []
-    for start in range(0, grid, slots):
-        end = min(grid, start + slots)
-        units_touched = (end - 1) // (blocks_per_head * group) - start // (blocks_per_head * group) + 1
-        waves.append(units_touched * shared_per_unit + (end - start) * own_per_cta)
-    epilogue = (block * d * eb + block * 4.0) if forward else 2 * block * d * eb  # O, LSE | dK, dV
-    return KernelPlan(
-        name=f"attention_{op.variant}[{_FLASH_NAMES[op.kernel]}_{block}]",
-        op_kind="attention",
-        pipe="matrix" if uses_matrix_pipe(machine, dtype) else "vector",
-        dtype=dtype,
-        grid=grid,
-        threads_per_cta=threads,
-        registers_per_thread=registers,
-        shared_bytes_per_cta=shared,
-        ctas_per_unit=per_unit,
-        occupancy_limiter=limiter,
-        flop_per_cta=flop_per_cta,
-        sfu_ops_per_cta=sfu_per_cta,
-        l2_bytes_per_cta=l2_per_cta,
-        bytes_in_flight_per_cta=2 * kv_block * d * eb * stages,
-        wave_dram_bytes=tuple(waves),
-        prologue_per_wave=True,
-        useful_flop=op.flop(),
-        tile=Tile(block, kv_block, d, stages, max(1, threads // 32)),
-        load_waits_per_cta=0.0 if stages > 1 else UNPIPELINED_WAITS_PER_TRIP * streamed_len * frac / kv_block,
-        epilogue_bytes_per_cta=epilogue,
-        store_bytes_per_cta=epilogue,
-        executed_flop=executed,
-        warp_mma=not asynchronous,
-        sfu_overlaps_math=asynchronous,
-    )
-
-
 def _elements(op) -> float:
     value = getattr(op, "num_elements", None)
     if callable(value):
@@ -271,6 +177,6 @@ def map_op(op, machine: Machine) -> tuple[KernelPlan, ...]:
         return (_conv2d(machine, op),)
     if op.kind == "attention":
         if op.kernel != "unfused":
-            return (_attention_fused(machine, op),)
+            return fused_attention_plans(machine, op)
         return tuple(plan for sub in op.decompose() for plan in map_op(sub, machine))
     return (_streaming(machine, op),)

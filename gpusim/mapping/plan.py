@@ -72,6 +72,10 @@ class KernelPlan:
     """Bytes each CTA moves through its SM's shared memory to feed the matrix units: the staged A and B
     tiles written once and read by every warp (or warpgroup) that multiplies them. The SM's
     shared-memory bandwidth caps the math of small tiles (0: not modelled for this kernel)."""
+    vector_ops_per_cta: float = 0.0
+    """FP32 instructions per CTA (one per element operation; an FMA counts once) that the warps issuing
+    the matrix products execute between them on the vector pipe, in series with the products: the
+    online softmax of fused attention (row max, exponent FMA, row sum, packing P, rescaling O)."""
     sfu_overlaps_math: bool = False
     """The SFU work (softmax exponentials) overlaps the matrix products (warp-specialized kernels
     with asynchronous MMA, FlashAttention-3) instead of following them."""
