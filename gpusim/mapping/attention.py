@@ -25,6 +25,7 @@ from gpusim.mapping.gemm import uses_matrix_pipe
 from gpusim.mapping.occupancy import ctas_per_unit
 from gpusim.mapping.plan import KernelPlan, Tile
 from gpusim.mapping.streaming import elementwise_launch, streaming_plan
+from gpusim.workload.ops import STATS_BYTES
 
 UNPIPELINED_WAITS_PER_TRIP = 3
 """Loads the 2022 Triton FlashAttention waits for in each trip of its main loop (flash_attn_triton.py,
@@ -134,10 +135,9 @@ def fused_attention_plans(machine: Machine, op) -> tuple[KernelPlan, ...]:
     q_elements = float(op.batch * op.heads * op.seq_len_q * op.head_dim)
     rows = float(op.batch * op.heads * op.seq_len_q)
     eb = DTYPE_BYTES[op.dtype]
-    stats = 4.0
     ctas, threads, in_flight = elementwise_launch(machine, int(q_elements), op.dtype, 2)
     pre = streaming_plan(machine, "attention_backward_preprocess", "attention", op.dtype,
-                         bytes_read=2 * q_elements * eb, bytes_written=rows * stats + q_elements * ACCUMULATOR_BYTES,
+                         bytes_read=2 * q_elements * eb, bytes_written=rows * STATS_BYTES + q_elements * ACCUMULATOR_BYTES,
                          flop=2 * q_elements, sfu_ops=0.0, num_ctas=ctas, threads_per_cta=threads,
                          bytes_in_flight_per_thread=in_flight)
     ctas, threads, in_flight = elementwise_launch(machine, int(q_elements), "fp32", 1)
@@ -213,14 +213,14 @@ def _main_kernel(machine: Machine, op) -> KernelPlan:
     kv_elements = float(op.batch * op.num_kv_heads * op.seq_len_kv * d)
     rows = float(op.batch * op.heads * op.seq_len_q)
     if forward:  # reads Q, K, V; writes O and the log-sum-exp
-        own_per_cta = 2 * block * d * eb + block * 4.0
-        total = 2 * q_elements * eb + 2 * kv_elements * kv_eb + rows * 4.0
+        own_per_cta = 2 * block * d * eb + block * STATS_BYTES
+        total = 2 * q_elements * eb + 2 * kv_elements * kv_eb + rows * STATS_BYTES
         l2_per_cta = own_per_cta + 2 * streamed_rows * d * kv_eb
     else:  # reads K, V, Q, dO, LSE, D; writes dK, dV; the FP32 dQ accumulator is read and written once
         own_per_cta = 4 * block * d * eb
-        total = 2 * q_elements * eb + 4 * kv_elements * eb + 2 * rows * 4.0 + 2 * q_elements * ACCUMULATOR_BYTES
+        total = 2 * q_elements * eb + 4 * kv_elements * eb + 2 * rows * STATS_BYTES + 2 * q_elements * ACCUMULATOR_BYTES
         # streams Q, dO, LSE and D and read-modify-writes its dQ rows in FP32
-        l2_per_cta = own_per_cta + streamed_rows * (d * (2 * eb + 2 * ACCUMULATOR_BYTES) + 2 * 4.0)
+        l2_per_cta = own_per_cta + streamed_rows * (d * (2 * eb + 2 * ACCUMULATOR_BYTES) + 2 * STATS_BYTES)
     units = heads // group
     shared_per_unit = max(0.0, total - own_per_cta * grid) / units
     waves = []
@@ -228,7 +228,7 @@ def _main_kernel(machine: Machine, op) -> KernelPlan:
         end = min(grid, start + slots)
         units_touched = (end - 1) // (blocks_per_head * group) - start // (blocks_per_head * group) + 1
         waves.append(units_touched * shared_per_unit + (end - start) * own_per_cta)
-    epilogue = (block * d * eb + block * 4.0) if forward else 2 * block * d * eb  # O, LSE | dK, dV
+    epilogue = (block * d * eb + block * STATS_BYTES) if forward else 2 * block * d * eb  # O, LSE | dK, dV
     return KernelPlan(
         name=f"attention_{op.variant}[{_FLASH_NAMES[op.kernel]}_{block}]",
         op_kind="attention",
