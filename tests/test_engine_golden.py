@@ -181,6 +181,31 @@ def test_cta_mma_reads_the_tile_once_and_a_cluster_pair_splits_b(tiny):
         == min(128 * wn + 256 * (8 // wn) for wn in (1, 2, 4, 8)) + 128 + 256
 
 
+def test_a_2x2_cluster_multicasts_a_as_well_as_b(tiny):
+    # A 2x2 cluster: each A tile is loaded once for the 2 CTAs beside each other along N and each B
+    # tile once for the 2 along M, so a 128x256 CTA reads 128/2 rows of A and 256/2 columns of B from
+    # L2 per step of k (against 128 + 256 alone, 128 + 128 in a pair). Shared memory still receives
+    # every row it computes with: the multicast saves L2 reads, not staging.
+    from gpusim.mapping.gemm import gemm_plan, shared_operand_elements_per_k, tile_candidates
+
+    quad = Tile(128, 256, 64, 2, 8, cluster=2, cluster_n=2)
+    assert quad.l2_operand_elements_per_k() == 64 + 128
+    assert Tile(128, 256, 64, 2, 8, cluster=2).l2_operand_elements_per_k() == 128 + 128
+    assert Tile(128, 256, 64, 2, 8).l2_operand_elements_per_k() == 128 + 256
+    blackwell_like = replace(tiny, warp_mma_fraction=0.31, native_mma_issuer="cta", max_cluster_size=8)
+    assert shared_operand_elements_per_k(blackwell_like, quad, 8) == 2 * (128 + 128)
+    # L2 bytes of one CTA over k = 1024 in FP16: operands (64 + 128) x 1024 x 2 B plus its C tile
+    plan = gemm_plan(blackwell_like, "mm", "matmul", 256, 512, 1024, 1, "fp16", quad, 2.0 * 256 * 512 * 1024)
+    assert plan.l2_bytes_per_cta == (64 + 128) * 1024 * 2 + 128 * 256 * 2
+    assert plan.tile.label().endswith("_cluster2x2")
+    # offered only where the native MMA is issued per CTA (Blackwell), never to warp or warpgroup MMA
+    assert any(t.cluster_n == 2 for t in tile_candidates(blackwell_like, "fp16", 4096, 4096, 4096, 1))
+    hopper_like = replace(blackwell_like, native_mma_issuer="warpgroup")
+    assert not any(t.cluster_n > 1 for t in tile_candidates(hopper_like, "fp16", 4096, 4096, 4096, 1))
+    assert not any(t.cluster_n > 1 for t in tile_candidates(blackwell_like.with_warp_mma_libraries(), "fp16",
+                                                           4096, 4096, 4096, 1))
+
+
 def _chiplet(tiny, llc_bytes_per_s):
     """The tiny GPU with its 1 MiB L2 split into two private 512 KiB partitions (one per SM, CTAs
     round-robin), and, unless ``llc_bytes_per_s`` is None, a 4 MiB memory-side cache (500 ns)."""

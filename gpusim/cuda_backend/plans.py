@@ -120,7 +120,7 @@ def gemm_layout(tile: Tile, warp_size: int = 32) -> GemmLayout:
 
 def unsupported_tile_reason(tile: Tile, dtype: str) -> str | None:
     """Why this backend cannot run a tile (None when it can)."""
-    if tile.cluster > 1:
+    if tile.cluster > 1 or tile.cluster_n > 1:
         return "CTA clusters (TMA multicast) are not expressible in Numba"
     try:
         gemm_layout(tile)

@@ -170,7 +170,14 @@ def _lru_wave_traffic(m, n, batch, bm, bn, sk, swizzle, a_bytes_per_row, b_bytes
 
 
 def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch: int) -> list[Tile]:
-    """Realistic tile configurations for this device and dtype (as CUTLASS/cuBLAS enumerate)."""
+    """Realistic tile configurations for this device and dtype (as CUTLASS/cuBLAS enumerate).
+
+    Tensor-core tiles of 128x128 and up also come in thread-block clusters where the device has
+    them: a pair along M that multicasts each B tile (Hopper's cuBLAS ``cluster2x1`` kernels; on
+    Blackwell, the ``cta_group::2`` pair that runs one MMA across two SMs), and on devices whose native
+    MMA is issued per CTA (Blackwell) also a 2x2 cluster that multicasts A to the CTA beside it along
+    N as well (CUTLASS's sm100 example defaults to cluster 2x2 with 2-SM MMA; cuBLAS sm100 kernels are
+    named ``..._2x2_2cta``)."""
     eb = DTYPE_BYTES[dtype]
     out: list[Tile] = []
     if machine.kind == "cpu":
@@ -203,6 +210,8 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
                     out.append(Tile(bm, bn, bk, stages, warps, sk, 8))
                     if matrix and machine.max_cluster_size >= 2 and bm * bn >= 128 * 128:
                         out.append(Tile(bm, bn, bk, stages, warps, sk, 8, cluster=2))
+                        if machine.native_mma_issuer == "cta" and machine.max_cluster_size >= 4:
+                            out.append(Tile(bm, bn, bk, stages, warps, sk, 8, cluster=2, cluster_n=2))
     return out
 
 
@@ -254,7 +263,7 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
         return gemm_wave_fill_s(machine) + main + drain
 
     total = (grid // slots) * wave_s(slots) + (wave_s(grid % slots) if grid % slots else 0.0)
-    operand_l2_bytes = grid * (tile.block_m + tile.block_n / tile.cluster) * k_iters * tile.block_k * DTYPE_BYTES[dtype]
+    operand_l2_bytes = grid * tile.l2_operand_elements_per_k() * k_iters * tile.block_k * DTYPE_BYTES[dtype]
     return max(total, min_dram_bytes / machine.dram_achievable_bytes_per_s,
                operand_l2_bytes / machine.l2_achievable_bytes_per_s)
 
@@ -307,7 +316,7 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
     waves, llc_waves = wave_traffic(machine, m, n, k, batch, tile, eb, ob, slots, a_unique_fraction,
                                     b_unique_fraction, b_group, extra_c_bytes_per_element)
     partials = (bm * bn * 4.0 * 2) if sk > 1 else 0.0
-    l2_per_cta = (bm + bn / tile.cluster) * k_iters * bk * eb + bm * bn * (ob + extra_c_bytes_per_element) + partials
+    l2_per_cta = tile.l2_operand_elements_per_k() * k_iters * bk * eb + bm * bn * (ob + extra_c_bytes_per_element) + partials
     flop_per_cta = 2.0 * bm * bn * k_iters * bk
     c_store = bm * bn * (ob + extra_c_bytes_per_element) + partials / 2  # C tile (and split-K partials)
     shared_operand = shared_operand_bytes_per_cta(machine, dtype, tile, math.ceil(threads / machine.warp_size), k_iters)

@@ -23,11 +23,20 @@ class Tile:
     swizzle: int = 8
     cluster: int = 1
     """CTAs of a cluster (along M) that load each B tile once and multicast it (Hopper TMA)."""
+    cluster_n: int = 1
+    """CTAs of a cluster (along N) that load each A tile once and multicast it (a 2-D cluster)."""
 
     def label(self) -> str:
         text = f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}_w{self.num_warps}"
         text += f"_splitk{self.split_k}" if self.split_k > 1 else ""
+        if self.cluster_n > 1:
+            return text + f"_cluster{self.cluster}x{self.cluster_n}"
         return text + (f"_cluster{self.cluster}" if self.cluster > 1 else "")
+
+    def l2_operand_elements_per_k(self) -> float:
+        """A rows and B columns one CTA reads from L2 per step of k: its own share of the tiles its
+        cluster multicasts."""
+        return self.block_m / self.cluster_n + self.block_n / self.cluster
 
 
 @dataclass(frozen=True)
@@ -144,5 +153,6 @@ class KernelPlan:
                 "block_m": self.tile.block_m, "block_n": self.tile.block_n, "block_k": self.tile.block_k,
                 "num_stages": self.tile.num_stages, "num_warps": self.tile.num_warps,
                 "split_k": self.tile.split_k, "swizzle": self.tile.swizzle, "cluster": self.tile.cluster,
+                "cluster_n": self.tile.cluster_n,
             }
         return out
