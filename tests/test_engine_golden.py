@@ -186,7 +186,11 @@ def test_a_2x2_cluster_multicasts_a_as_well_as_b(tiny):
     # tile once for the 2 along M, so a 128x256 CTA reads 128/2 rows of A and 256/2 columns of B from
     # L2 per step of k (against 128 + 256 alone, 128 + 128 in a pair). Shared memory still receives
     # every row it computes with: the multicast saves L2 reads, not staging.
-    from gpusim.mapping.gemm import gemm_plan, shared_operand_elements_per_k, tile_candidates
+    from gpusim.mapping.gemm import (
+        gemm_plan,
+        shared_operand_elements_per_k,
+        tile_candidates,
+    )
 
     quad = Tile(128, 256, 64, 2, 8, cluster=2, cluster_n=2)
     assert quad.l2_operand_elements_per_k() == 64 + 128
