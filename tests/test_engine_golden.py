@@ -210,6 +210,20 @@ def test_a_2x2_cluster_multicasts_a_as_well_as_b(tiny):
                                                            4096, 4096, 4096, 1))
 
 
+def test_per_cta_mma_offers_tile_widths_in_steps_of_16(tiny):
+    # tcgen05 takes any N that is a multiple of 16 up to 256: 128 x 144 ... 128 x 240 besides the
+    # power-of-two tiles. Warp and warpgroup MMA keep the power-of-two menu.
+    from gpusim.mapping.gemm import tile_candidates
+
+    def widths(machine):
+        return {t.block_n for t in tile_candidates(machine, "fp16", 4096, 4096, 4096, 1) if t.block_m == 128}
+
+    blackwell_like = replace(tiny, warp_mma_fraction=0.31, native_mma_issuer="cta", max_cluster_size=8)
+    assert widths(blackwell_like) == {64, 128, 256} | set(range(144, 256, 16))
+    assert widths(replace(blackwell_like, native_mma_issuer="warpgroup")) == {64, 128, 256}
+    assert widths(blackwell_like.with_warp_mma_libraries()) == {64, 128, 256}
+
+
 def _chiplet(tiny, llc_bytes_per_s):
     """The tiny GPU with its 1 MiB L2 split into two private 512 KiB partitions (one per SM, CTAs
     round-robin), and, unless ``llc_bytes_per_s`` is None, a 4 MiB memory-side cache (500 ns)."""

@@ -177,7 +177,7 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
     Blackwell, the ``cta_group::2`` pair that runs one MMA across two SMs), and on devices whose native
     MMA is issued per CTA (Blackwell) also a 2x2 cluster that multicasts A to the CTA beside it along
     N as well (CUTLASS's sm100 example defaults to cluster 2x2 with 2-SM MMA; cuBLAS sm100 kernels are
-    named ``..._2x2_2cta``)."""
+    named ``..._2x2_2cta``). Per-CTA MMA also gets tile widths between 128 and 256 in steps of 16."""
     eb = DTYPE_BYTES[dtype]
     out: list[Tile] = []
     if machine.kind == "cpu":
@@ -190,6 +190,10 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
     if matrix:
         shapes = [(64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128), (64, 256), (256, 64)]
         bk_options = sorted({max(8, int(64 // eb)), max(8, int(128 // eb))})
+        if machine.native_mma and machine.native_mma_issuer == "cta":
+            # per-CTA MMA (tcgen05) takes any N that is a multiple of 16 up to 256, and cuBLAS ships
+            # such widths to even out the last wave (sm100 kernels 256x224, 256x176, 256x144 per pair)
+            shapes += [(128, n) for n in range(144, 256, 16)]
     else:
         # CUDA-core (SIMT) GEMMs: the register-blocked tiles cuBLAS and CUTLASS ship (8x8 outputs per
         # thread), e.g. ampere_sgemm_128x64, volta_sgemm_128x128.
