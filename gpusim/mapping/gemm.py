@@ -187,10 +187,11 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
                 out.append(Tile(bm, bn, 256, 2, 1, 1, 8))
         return out
     matrix = uses_matrix_pipe(machine, dtype)
+    per_cta_mma = machine.native_mma and machine.native_mma_issuer == "cta"
     if matrix:
         shapes = [(64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128), (64, 256), (256, 64)]
         bk_options = sorted({max(8, int(64 // eb)), max(8, int(128 // eb))})
-        if machine.native_mma and machine.native_mma_issuer == "cta":
+        if per_cta_mma:
             # per-CTA MMA (tcgen05) takes any N that is a multiple of 16 up to 256, and cuBLAS ships
             # such widths to even out the last wave (sm100 kernels 256x224, 256x176, 256x144 per pair)
             shapes += [(128, n) for n in range(144, 256, 16)]
@@ -214,7 +215,7 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
                     out.append(Tile(bm, bn, bk, stages, warps, sk, 8))
                     if matrix and machine.max_cluster_size >= 2 and bm * bn >= 128 * 128:
                         out.append(Tile(bm, bn, bk, stages, warps, sk, 8, cluster=2))
-                        if machine.native_mma_issuer == "cta" and machine.max_cluster_size >= 4:
+                        if per_cta_mma and machine.max_cluster_size >= 4:
                             out.append(Tile(bm, bn, bk, stages, warps, sk, 8, cluster=2, cluster_n=2))
     return out
 
