@@ -110,7 +110,11 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
             if seconds is not None:
                 items.append(_Item(node, None, None, seconds, 0.0))
             continue
-        for plan in map_op(op, machine):
+        try:
+            plans = map_op(op, machine)
+        except SimulationError as exc:
+            raise SimulationError(f"{node.name}: {exc}") from None
+        for plan in plans:
             timing = timings.get(plan)
             if timing is None:
                 timing = timings[plan] = simulate_kernel(plan, machine)

@@ -21,7 +21,7 @@ from gpusim.engine.machine import NATIVE_ONLY_MATRIX_DTYPES, Machine
 from gpusim.errors import SimulationError
 from gpusim.mapping.attention import fused_attention_plans
 from gpusim.mapping.gemm import (gemm_lower_bound_s, gemm_plan, output_bytes_per_element, tile_candidates,
-                                 uses_matrix_pipe)
+                                 tile_misfit_reason, uses_matrix_pipe)
 from gpusim.mapping.plan import KernelPlan, Tile
 from gpusim.mapping.streaming import elementwise_launch, framework_row_launch, row_launch, streaming_plan
 
@@ -38,8 +38,9 @@ TRANSCENDENTAL_FUNCTIONS = frozenset({"gelu", "gelu_new", "silu", "sigmoid", "ta
 def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int, batch: int, dtype: str,
               useful_flop: float, *, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
               b_group: int = 1, extra_c_bytes_per_element: float = 0.0, sfu_ops_per_output: float = 0.0,
-              sparse: bool = False, row_strides_bytes: tuple[int, ...] = ()) -> KernelPlan:
-    """The fastest predicted tile configuration for a (batched) GEMM. ``row_strides_bytes`` are the
+              sparse: bool = False, row_strides_bytes: tuple[int, ...] = (), tile: Tile | None = None) -> KernelPlan:
+    """The fastest predicted tile configuration for a (batched) GEMM, or the plan of ``tile`` when the
+    caller pins one (the kernel a profile shows the library ran). ``row_strides_bytes`` are the
     row strides of A, B and C in memory: on a device whose native matrix path needs aligned strides
     (Hopper's TMA-fed ``wgmma``), a GEMM with any other stride is planned and run on the
     warp-synchronous MMA path."""
@@ -59,8 +60,13 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
     min_bytes = ((m * k * a_unique_fraction + k * n * b_unique_fraction * batch / max(1, b_group)) * eb
                  + m * n * output_bytes_per_element(dtype)) * (batch if b_group else 1)
     speedup = machine.sparsity_speedup if sparse else 1.0
+    if tile is not None:
+        reason = tile_misfit_reason(machine, dtype, tile)
+        if reason:
+            raise SimulationError(f"tile {tile.label()} cannot run on {machine.name}: {reason}")
+    candidates = [tile] if tile is not None else tile_candidates(machine, dtype, m, n, k, batch)
     ranked = sorted(((gemm_lower_bound_s(machine, m, n, k, batch, dtype, t, min_bytes, speedup), i, t)
-                     for i, t in enumerate(tile_candidates(machine, dtype, m, n, k, batch))),
+                     for i, t in enumerate(candidates)),
                     key=lambda x: (x[0], x[1]))
     best: tuple[float, int, KernelPlan] | None = None
     for bound, _, tile in ranked:
@@ -105,7 +111,8 @@ def _matmul(machine: Machine, op) -> KernelPlan:
     group = op.batch // op.num_b_matrices if op.num_b_matrices else op.batch
     return best_gemm(machine, "matmul", "matmul", op.m, op.n, op.k, op.batch, op.dtype, op.flop(),
                      b_group=max(1, group), extra_c_bytes_per_element=extra, sfu_ops_per_output=sfu,
-                     sparse=bool(getattr(op, "sparse", False)), row_strides_bytes=op.row_strides_bytes())
+                     sparse=bool(getattr(op, "sparse", False)), row_strides_bytes=op.row_strides_bytes(),
+                     tile=Tile.parse(op.tile) if getattr(op, "tile", None) else None)
 
 
 def _conv2d(machine: Machine, op) -> KernelPlan:

@@ -223,6 +223,28 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
 def _resources(machine: Machine, dtype: str, tile: Tile) -> tuple[int, int, int, float, int, str] | None:
     """(threads, registers per thread, shared bytes, bytes in flight, CTAs per unit, occupancy limiter)
     of a tile's CTA, or None if it does not fit."""
+    threads, registers, shared, in_flight, per_unit, limiter = _cta_needs(machine, dtype, tile)
+    if per_unit == 0 or in_flight <= 0:
+        return None
+    return threads, registers, shared, in_flight, per_unit, limiter
+
+
+def tile_misfit_reason(machine: Machine, dtype: str, tile: Tile) -> str | None:
+    """Why a tile cannot run on this device (None when it can): the CTA's threads, registers or
+    shared memory exceed what one SM holds, or its cluster exceeds the device's."""
+    if tile.cluster * tile.cluster_n > machine.max_cluster_size:
+        return (f"a cluster of {tile.cluster * tile.cluster_n} CTAs; {machine.name} forms clusters of at most "
+                f"{machine.max_cluster_size}")
+    threads, registers, shared, _, per_unit, limiter = _cta_needs(machine, dtype, tile)
+    if per_unit == 0:
+        return (f"its CTA ({threads} threads, {registers} registers per thread, {shared} bytes of shared memory) "
+                f"exceeds the SM's {limiter.replace('_', ' ')}")
+    return None
+
+
+def _cta_needs(machine: Machine, dtype: str, tile: Tile) -> tuple[int, int, int, float, int, str]:
+    """(threads, registers per thread, shared bytes, bytes in flight, CTAs per unit, occupancy limiter)
+    of a tile's CTA; 0 CTAs per unit when it does not fit."""
     eb = DTYPE_BYTES[dtype]
     bm, bn, bk = tile.block_m, tile.block_n, tile.block_k
     shared = int(tile.num_stages * (bm + bn) * bk * eb)
@@ -235,8 +257,6 @@ def _resources(machine: Machine, dtype: str, tile: Tile) -> tuple[int, int, int,
         registers = math.ceil(acc_words / threads) + ACCUMULATOR_OVERHEAD_REGISTERS
         in_flight = max(1, tile.num_stages - 1) * (bm + bn) * bk * eb
     per_unit, limiter = ctas_per_unit(machine, threads, registers, shared)
-    if per_unit == 0 or in_flight <= 0:
-        return None
     return threads, registers, shared, in_flight, per_unit, limiter
 
 

@@ -229,7 +229,7 @@ def backward_ops(f: FwdOp, grad_accumulation: bool, fusion: str) -> list[tuple[s
                                                 dtype=FP8_CAST_DTYPE)))
         if f.input_grad:
             out.append(("dgrad", replace(op, m=op.m, n=op.k, k=op.n, transpose_b=not op.transpose_b, epilogue=(),
-                                         epilogue_aux_outputs=0, accumulate_output=False)))
+                                         epilogue_aux_outputs=0, accumulate_output=False, tile=None)))
         if f.weight:
             shared = op.num_b_matrices == 1 and op.batch > 1
             wgrad = Matmul(m=op.k, n=op.n, k=op.m * (op.batch if shared else 1), batch=1 if shared else op.batch,

@@ -245,6 +245,9 @@ class Matmul(Op):
     ``epilogue`` lists element-wise functions fused into the output write (``bias_add``, ``gelu``,
     ``add`` for a residual, ...); ``epilogue_aux_outputs`` extra m x n outputs it writes (the
     pre-activation kept for the backward); ``accumulate_output`` means C += A @ B (C is read).
+    ``tile`` pins the kernel's tiling (a :meth:`gpusim.mapping.plan.Tile.label` such as
+    ``64x64x32_s6_w4``, e.g. the kernel a profiler shows the library ran); None lets the mapper pick
+    the fastest predicted one.
     """
 
     kind: ClassVar[str] = "matmul"
@@ -262,9 +265,14 @@ class Matmul(Op):
     epilogue: tuple[str, ...] = ()
     epilogue_aux_outputs: int = 0
     accumulate_output: bool = False
+    tile: str | None = None
 
     def __post_init__(self) -> None:
         _positive(self, "m", "n", "k", "batch")
+        if self.tile is not None:
+            from gpusim.mapping.plan import Tile  # imported here: the mapping package imports this module
+
+            Tile.parse(self.tile)  # raises ValueError naming the malformed label
         _check_dtype(self, FLOAT_DTYPES + ("int8",))
         if self.b_batch is not None and not 1 <= self.b_batch <= self.batch:
             raise ValueError(f"matmul: b_batch must be between 1 and batch (got {self.b_batch})")

@@ -90,9 +90,18 @@ class MatmulSpec(OpSpecBase):
     transpose_a: bool = False
     transpose_b: bool = False
     b_batch: Optional[Size] = None
+    tile: Optional[str] = None
+    """Pin the kernel's tiling, e.g. ``64x64x32_s6_w4`` (see gpusim.workload.ops.Matmul)."""
 
     @model_validator(mode="after")
     def _accumulate(self) -> "MatmulSpec":
+        if self.tile is not None:
+            from gpusim.mapping.plan import Tile
+
+            try:
+                Tile.parse(self.tile)
+            except ValueError as exc:
+                raise field_error("tile", str(exc)) from None
         acc = self.accumulate_dtype
         if acc == "fp16" and self.dtype != "fp16":
             raise field_error("accumulate_dtype", f"fp16 accumulation needs dtype fp16 (got {self.dtype})")
