@@ -22,6 +22,7 @@ from gpusim.engine.machine import Calibration, Machine, machine_of
 from gpusim.engine.simulate import transfer_time_s
 from gpusim.mapping import best_gemm, map_op
 from gpusim.mapping.occupancy import REGISTER_BYTES, ctas_per_unit
+from gpusim.mapping.plan import Tile
 from gpusim.mapping.streaming import (elementwise_launch, framework_row_launch, row_launch, scalar_row_launch,
                                      streaming_plan)
 from gpusim.workload.ops import Attention, Matmul
@@ -111,8 +112,9 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
         eb = DTYPE_BYTES[dtype]
         # the published GEMMs multiply contiguous, untransposed tensors (the op's default layout)
         strides = Matmul(m=case.m, n=case.n, k=case.k, batch=batch, dtype=dtype).row_strides_bytes()
+        # where the source names the kernel the library ran, simulate that kernel's tile
         plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, batch, dtype, flop,
-                         row_strides_bytes=strides)
+                         row_strides_bytes=strides, tile=Tile.parse(case.kernel_tile) if case.kernel_tile else None)
         t = _timed_kernel_s(machine, plan, case.timing_method)
         peak = matrix_peak_flop_per_s(device, dtype, fp32_accumulate=True) \
             or vector_peak_flop_per_s(device, dtype)
@@ -373,7 +375,6 @@ def own_kernel_plan(case, row: dict[str, str], machine: Machine):
     """Rebuild the plan a measured own kernel ran with (gpusim's CUDA backend follows its plans), or
     raise ValueError if the rebuilt plan's grid or CTA size differs from the recorded one."""
     from gpusim.cuda_backend import plans as P
-    from gpusim.mapping.plan import Tile
 
     if case.op == "matmul":
         tile = Tile(int(row["block_m"]), int(row["block_n"]), int(row["block_k"]), int(row["num_stages"]),

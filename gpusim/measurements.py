@@ -42,7 +42,7 @@ ATTENTION_LIBRARIES = frozenset({"flash-attn2", "flash-attn3", "cudnn"})
 TIMING_METHODS = frozenset({"kernel_only", "loop_with_launch_gaps", "profiler_kernel", "benchmark_suite"})
 COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "p2p_unidirectional", "p2p_bidirectional"})
 TRAINING_MODES = frozenset({"train", "inference", "decode", "prefill", "serve_throughput"})
-OPTIONAL_COLUMNS = frozenset({"block_bytes"})
+OPTIONAL_COLUMNS = frozenset({"block_bytes", "kernel_tile"})
 """Columns added after the format was published: a file without them reads them as empty."""
 
 # Columns an op needs besides the measured value.
@@ -107,6 +107,9 @@ class KernelCase:
     metric: str
     timing_method: str
     library: str | None
+    kernel_tile: str | None
+    """Matmul: the tiling of the kernel the source's profile shows the library ran, as a gpusim tile
+    label (``64x64x32_s6_w4``); empty when the source does not name it (gpusim then picks the tile)."""
     source: str
     kind: str
     confidence: str
@@ -374,6 +377,15 @@ def _check_kernel(case: KernelCase, error: Callable[[str, str], ConfigError]) ->
             raise error("block_bytes", f"only L2-bandwidth rows have a per-block slice, not op {case.op}")
         if case.block_bytes == 0:
             raise error("block_bytes", "must be positive (empty = not stated)")
+    if case.kernel_tile is not None:
+        if case.op != "matmul":
+            raise error("kernel_tile", f"only matmul rows name a GEMM tile, not op {case.op}")
+        from gpusim.mapping.plan import Tile
+
+        try:
+            Tile.parse(case.kernel_tile)
+        except ValueError as exc:
+            raise error("kernel_tile", str(exc)) from None
 
 
 def _check_communication(case: CommunicationCase, error: Callable[[str, str], ConfigError]) -> None:

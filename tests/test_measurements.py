@@ -29,7 +29,7 @@ GPU_STEMS = {name for name, kind in KINDS.items() if kind == "gpu"}  # every row
 SYSTEM_STEMS = {name for name, kind in KINDS.items() if kind == "system"}
 KERNEL_HEADER = (
     "case_id,gpu,op,variant,dtype,m,n,k,batch,rows,cols,num_elements,num_bytes,working_set_bytes,block_bytes,occupancy_fraction,"
-    "measured_time_s,measured_flop_per_s,measured_bytes_per_s,measured_latency_s,metric,timing_method,library,source,"
+    "measured_time_s,measured_flop_per_s,measured_bytes_per_s,measured_latency_s,metric,timing_method,library,kernel_tile,source,"
     "kind,confidence,notes"
 ).split(",")
 COMMUNICATION_HEADER = (
@@ -346,6 +346,30 @@ def test_block_bytes_only_on_l2_rows_and_positive(tmp_path, row, value, message)
     with pytest.raises(ConfigError) as info:
         load_kernel_cases(_copy_with(tmp_path, "kernels.csv", edit))
     assert info.value.key_path.endswith(".block_bytes") and message in _one_line(info.value)
+
+
+def test_a_file_without_the_optional_kernel_tile_column_reads_it_as_empty(tmp_path):
+    def edit(rows, header):
+        return rows, [h for h in header if h != "kernel_tile"]
+
+    cases = load_kernel_cases(_copy_with(tmp_path, "kernels.csv", edit))
+    assert all(c.kernel_tile is None for c in cases)
+    assert {c.case_id for c in load_kernel_cases() if c.kernel_tile} >= {"rtx4090_torch_bf16_mm_2056"}
+
+
+@pytest.mark.parametrize("op, value, message", [
+    ("pointer_chase", "64x64x32_s6_w4", "only matmul rows name a GEMM tile"),
+    ("matmul", "64x64_32x6", "is not of the form MxNxK_sSTAGES_wWARPS"),
+])
+def test_kernel_tile_only_on_matmul_rows_and_well_formed(tmp_path, op, value, message):
+    def edit(rows, header):
+        index = next(i for i, r in enumerate(rows) if r["op"] == op)
+        rows[index]["kernel_tile"] = value
+        return rows, header
+
+    with pytest.raises(ConfigError) as info:
+        load_kernel_cases(_copy_with(tmp_path, "kernels.csv", edit))
+    assert info.value.key_path.endswith(".kernel_tile") and message in _one_line(info.value)
 
 
 @pytest.mark.parametrize("column, value, message", [

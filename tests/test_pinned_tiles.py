@@ -1,10 +1,13 @@
 """Pinned GEMM tiles: a matmul may name the tile its kernel uses (the kernel a profile shows the library
-ran); the mapper then plans exactly that tile."""
+ran), and a measured row may name it in ``kernel_tile``; the mapper then plans exactly that tile."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from gpusim.accuracy import simulate_case
 from gpusim.config import load_hardware
 from gpusim.engine.kernel import estimate_kernel_s
 from gpusim.engine.machine import machine_of
@@ -12,6 +15,7 @@ from gpusim.errors import SimulationError
 from gpusim.mapping import best_gemm, map_op
 from gpusim.mapping.gemm import gemm_plan, tile_candidates
 from gpusim.mapping.plan import Tile
+from gpusim.measurements import load_kernel_cases
 from gpusim.workload.expand import backward_ops
 from gpusim.workload.layers import FwdOp
 from gpusim.workload.ops import Matmul
@@ -75,3 +79,12 @@ def test_the_backward_gemms_do_not_inherit_the_forward_tile():
     kernels = dict(backward_ops(FwdOp("fc", forward, weight=True), grad_accumulation=False, fusion="none"))
     assert kernels["dgrad"].tile is None and kernels["wgrad"].tile is None
 
+
+def test_a_measured_row_with_a_kernel_tile_is_simulated_with_that_tile():
+    case = next(c for c in load_kernel_cases() if c.case_id == "rtx4090_torch_bf16_mm_2056")
+    assert case.kernel_tile == "64x64x32_s6_w4"
+    machine = machine_of(load_hardware(case.gpu))
+    device = load_hardware(case.gpu).gpu
+    pinned_s, _ = simulate_case(case, machine, device)
+    free_s, _ = simulate_case(replace(case, kernel_tile=None), machine, device)
+    assert pinned_s > free_s  # the library's 64x64 kernel is not the fastest tile gpusim knows
