@@ -69,10 +69,10 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
                      for i, t in enumerate(candidates)),
                     key=lambda x: (x[0], x[1]))
     best: tuple[float, int, KernelPlan] | None = None
-    for bound, _, tile in ranked:
+    for bound, _, candidate in ranked:
         if best is not None and bound >= best[0] or bound == math.inf:
             break
-        plan = gemm_plan(machine, name, op_kind, m, n, k, batch, dtype, tile, useful_flop, a_unique_fraction,
+        plan = gemm_plan(machine, name, op_kind, m, n, k, batch, dtype, candidate, useful_flop, a_unique_fraction,
                          b_unique_fraction, b_group, extra_c_bytes_per_element, sfu_ops_per_output)
         if plan is None:
             continue

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 
 _TILE_LABEL = re.compile(r"(\d+)x(\d+)x(\d+)_s(\d+)_w(\d+)(?:_splitk(\d+))?(?:_cluster(\d+)(?:x(\d+))?)?")
+"""What :meth:`Tile.label` writes."""
+
 
 @dataclass(frozen=True)
 class Tile:
@@ -36,7 +38,7 @@ class Tile:
         return text + (f"_cluster{self.cluster}" if self.cluster > 1 else "")
 
     @classmethod
-    def parse(cls, label: str) -> "Tile":
+    def parse(cls, label: str) -> Tile:
         """The tile a :meth:`label` names, e.g. ``128x128x32_s3_w4`` or ``128x256x64_s4_w8_cluster2``
         (block_m x block_n x block_k, pipeline stages, warps, then optional split-K and cluster)."""
         match = _TILE_LABEL.fullmatch(label.strip()) if isinstance(label, str) else None
@@ -46,7 +48,7 @@ class Tile:
         bm, bn, bk, stages, warps, split_k, cluster, cluster_n = (int(g) if g else None for g in match.groups())
         if 0 in (bm, bn, bk, stages, warps, split_k, cluster, cluster_n):
             raise ValueError(f"tile {label!r}: every size and count must be positive")
-        return cls(bm, bn, bk, stages, warps, split_k or 1, 8, cluster or 1, cluster_n or 1)
+        return cls(bm, bn, bk, stages, warps, split_k=split_k or 1, cluster=cluster or 1, cluster_n=cluster_n or 1)
 
     def l2_operand_elements_per_k(self) -> float:
         """A rows and B columns one CTA reads from L2 per step of k: its own share of the tiles its

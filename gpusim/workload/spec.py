@@ -94,7 +94,7 @@ class MatmulSpec(OpSpecBase):
     """Pin the kernel's tiling, e.g. ``64x64x32_s6_w4`` (see gpusim.workload.ops.Matmul)."""
 
     @model_validator(mode="after")
-    def _accumulate(self) -> "MatmulSpec":
+    def _tile_label(self) -> "MatmulSpec":
         if self.tile is not None:
             from gpusim.mapping.plan import Tile
 
@@ -102,6 +102,10 @@ class MatmulSpec(OpSpecBase):
                 Tile.parse(self.tile)
             except ValueError as exc:
                 raise field_error("tile", str(exc)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _accumulate(self) -> "MatmulSpec":
         acc = self.accumulate_dtype
         if acc == "fp16" and self.dtype != "fp16":
             raise field_error("accumulate_dtype", f"fp16 accumulation needs dtype fp16 (got {self.dtype})")
