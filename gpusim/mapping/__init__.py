@@ -20,7 +20,7 @@ from gpusim.engine.kernel import estimate_kernel_s
 from gpusim.engine.machine import NATIVE_ONLY_MATRIX_DTYPES, Machine
 from gpusim.errors import SimulationError
 from gpusim.mapping.attention import fused_attention_plans
-from gpusim.mapping.gemm import (gemm_lower_bound_s, gemm_plan, output_bytes_per_element, tile_candidates,
+from gpusim.mapping.gemm import (compulsory_dram_bytes, gemm_lower_bound_s, gemm_plan, output_bytes_per_element, tile_candidates,
                                  tile_misfit_reason, uses_matrix_pipe)
 from gpusim.mapping.plan import KernelPlan, Tile
 from gpusim.mapping.streaming import elementwise_launch, framework_row_launch, row_launch, streaming_plan
@@ -57,8 +57,7 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         # 2:4 structured sparsity: the tensor cores skip half of A's products, and A is stored as its
         # kept half plus 2 bits of position metadata per kept value (9/16 of the dense bytes at 16 bits)
         a_unique_fraction *= 0.5 + 1.0 / (8 * eb)
-    min_bytes = ((m * k * a_unique_fraction + k * n * b_unique_fraction * batch / max(1, b_group)) * eb
-                 + m * n * output_bytes_per_element(dtype)) * (batch if b_group else 1)
+    min_bytes = compulsory_dram_bytes(m, n, k, batch, dtype, a_unique_fraction, b_unique_fraction, b_group)
     speedup = machine.sparsity_speedup if sparse else 1.0
     if tile is not None:
         reason = tile_misfit_reason(machine, dtype, tile)

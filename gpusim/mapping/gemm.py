@@ -260,6 +260,15 @@ def _cta_needs(machine: Machine, dtype: str, tile: Tile) -> tuple[int, int, int,
     return threads, registers, shared, in_flight, per_unit, limiter
 
 
+def compulsory_dram_bytes(m: int, n: int, k: int, batch: int, dtype: str, a_unique_fraction: float = 1.0,
+                          b_unique_fraction: float = 1.0, b_group: int = 1) -> float:
+    """The DRAM bytes no tiling of a (batched) GEMM can avoid: every entry's A and C once, and one B
+    per ``b_group`` consecutive entries that share it."""
+    num_b = math.ceil(batch / max(1, b_group))
+    return ((batch * m * k * a_unique_fraction + num_b * k * n * b_unique_fraction) * DTYPE_BYTES[dtype]
+            + batch * m * n * output_bytes_per_element(dtype))
+
+
 def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dtype: str, tile: Tile,
                        min_dram_bytes: float, math_speedup: float = 1.0) -> float:
     """A cheap bound no simulation of this tile can beat: every wave's pipeline fill, its CTAs' math
