@@ -68,6 +68,31 @@ def test_gemm_compute_bound_when_dram_is_fast(tiny):
     assert timing.bound == "compute"
 
 
+def test_persistent_gemm_fills_once_and_hides_the_drain_latency_between_waves(tiny):
+    # The compute-bound GEMM above on a device whose native MMA is issued per warpgroup (Hopper-like):
+    # its library kernel is persistent, so the 1 us pipeline fill and the fixed per-wave cost are paid
+    # once, and between the two waves only the epilogue's 32 KiB per SM at 64 B/cycle x 1 GHz remains;
+    # the last wave drains in full (plus the 100 ns L2 latency). With a 2 us fixed cost per wave:
+    hopper_like = replace(tiny, dram_bandwidth_bytes_per_s=1e12, native_mma_issuer="warpgroup",
+                          calibration=replace(tiny.calibration, gemm_wave_overhead_s=2e-6))
+    assert hopper_like.persistent_matrix_kernels("fp16")
+    plan = gemm_plan(hopper_like, "gemm", "matmul", 256, 256, 1024, 1, "fp16", Tile(128, 128, 64, 2, 4),
+                     2.0 * 256**2 * 1024)
+    assert plan.persistent and plan.num_waves == 2
+    epilogue = 32 * 1024 / 64e9
+    math_s = 2 * 2 * 128**2 * 1024 / 1024e9
+    persistent = (1e-6 + 2e-6) + epilogue + (100e-9 + epilogue) + math_s
+    assert simulate_kernel(plan, hopper_like).time_s == pytest.approx(persistent, rel=1e-12)
+    assert estimate_kernel_s(plan, hopper_like) == pytest.approx(persistent, rel=1e-12)
+    # the same kernel launched one CTA per tile pays both fills, both fixed costs and both latencies
+    per_tile = replace(plan, persistent=False)
+    assert simulate_kernel(per_tile, hopper_like).time_s == pytest.approx(
+        persistent + (1e-6 + 2e-6) + 100e-9, rel=1e-12)
+    # legacy libraries (warp-synchronous MMA) launch one CTA per tile, except FP8's native-only kernels
+    legacy = hopper_like.with_warp_mma_libraries()
+    assert not legacy.persistent_matrix_kernels("fp16") and legacy.persistent_matrix_kernels("fp8")
+
+
 def test_warp_mma_runs_at_the_devices_warp_mma_fraction(tiny):
     # The compute-bound GEMM above, issued with warp-synchronous MMA on a device where that reaches
     # half the tensor rate: each CTA's 2*128*128*1024 FLOP now take 65.536 us; fills and drains unchanged.

@@ -318,8 +318,8 @@ class CalibrationSpec(Spec):
     host_link_fraction: Optional[Fraction] = None
     gemm_wave_overhead_s: Optional[SecondsOrZero] = None
     """Fixed seconds each wave of a GEMM-like kernel spends beyond its pipeline fill, math and epilogue
-    drain (CTA dispatch and set-up, the first tile's ramp, the last stores' completion), fitted to
-    GEMMs too small for their math to hide it; unset = 0."""
+    drain (CTA dispatch and set-up, the first tile's ramp, the last stores' completion; a persistent
+    kernel pays it once), fitted to GEMMs too small for their math to hide it; unset = 0."""
     host_copy_overhead_s: Optional[SecondsOrZero] = None
     """Fixed host-side cost of one synchronous host<->device copy beyond the eager launch cost (driver
     call, DMA setup, completion and the host's wake-up), fitted to copies of several sizes; unset = 0."""

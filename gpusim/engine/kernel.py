@@ -15,7 +15,9 @@ Per CTA, the model has
   travel with those trips, and a streaming CTA also lives a calibrated turnaround); and every wave of a GEMM-like kernel first waits
   one DRAM latency to fill its pipeline plus the description's calibrated fixed cost per wave
   (streaming kernels pay the latency once) and, after its main loop,
-  drains its output tiles (at L2 bandwidth, plus one L2 latency) before the next wave's CTAs start.
+  drains its output tiles (at L2 bandwidth, plus one L2 latency) before the next wave's CTAs start;
+  a persistent kernel (Hopper and Blackwell library GEMMs) fills once, and between its waves only
+  the drain's bandwidth term remains.
 Software pipelining overlaps a CTA's loads with its math, so a CTA progresses at the slowest of these
 rates (a CTA without it, one pipeline stage, waits for its loads: its math and its loads add up); the
 wave ends when its CTAs end, and the next wave starts (wave quantization and tails emerge).
@@ -189,22 +191,26 @@ def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_c
 
 
 def gemm_wave_fill_s(machine: Machine) -> float:
-    """Seconds every wave of a GEMM-like kernel waits before its main loop runs: one DRAM latency to
-    fill its pipeline, plus the calibrated fixed cost of a wave (``gemm_wave_overhead_s``: CTA
-    dispatch and set-up, the last stores' completion), which no overlap hides."""
+    """Seconds every wave of a GEMM-like kernel (the first of a persistent one) waits before its main
+    loop runs: one DRAM latency to fill its pipeline, plus the calibrated fixed cost of a wave
+    (``gemm_wave_overhead_s``: CTA dispatch and set-up, the last stores' completion), which no
+    overlap hides."""
     return machine.dram_latency_s + machine.calibration.gemm_wave_overhead_s
 
 
-def wave_drain_s(plan: KernelPlan, machine: Machine, count: int) -> float:
+def wave_drain_s(plan: KernelPlan, machine: Machine, count: int, last: bool = True) -> float:
     """Seconds a GEMM-like wave of ``count`` CTAs spends after its main loop that no overlap hides:
     its output tiles drain at L2 bandwidth (or the busiest SM's at that SM's own load/store bandwidth,
-    if slower), then one L2 latency. Zero for plans without epilogue stores."""
+    if slower), then one L2 latency. Between two waves of a persistent kernel (``last`` False) the
+    math warps hand their C tiles to the asynchronous bulk store while the next tile's loads are
+    already in flight, so the latency is hidden and only the bandwidth term remains. Zero for plans
+    without epilogue stores."""
     if not plan.prologue_per_wave or plan.epilogue_bytes_per_cta <= 0:
         return 0.0
     on_busiest = min(plan.ctas_per_unit, max(1, math.ceil(count / machine.num_units)))
     drain = max(count * plan.epilogue_bytes_per_cta / machine.l2_achievable_bytes_per_s,
                 on_busiest * plan.epilogue_bytes_per_cta / machine.l1_bytes_per_s_per_unit)
-    return machine.l2_latency_s + drain
+    return drain if plan.persistent and not last else machine.l2_latency_s + drain
 
 
 @dataclass(frozen=True)
@@ -241,13 +247,17 @@ def wave_groups(plan: KernelPlan, machine: Machine) -> list[WaveGroup]:
                and abs(waves[i + run] - waves[i]) <= 1e-9 * max(1.0, waves[i])
                and abs(llc[i + run] - llc[i]) <= 1e-9 * max(1.0, llc[i])):
             run += 1
-        if plan.prologue_per_wave:
+        if plan.prologue_per_wave and not plan.persistent:
             prologue = gemm_wave_fill_s(machine) * run
-        else:
-            prologue = machine.dram_latency_s if i == 0 else 0.0
+            drain = wave_drain_s(plan, machine, count) * run
+        else:  # a streaming or persistent kernel fills its pipeline once
+            fill = gemm_wave_fill_s(machine) if plan.prologue_per_wave else machine.dram_latency_s
+            prologue = fill if i == 0 else 0.0
+            last = i + run == len(waves)
+            drain = (wave_drain_s(plan, machine, count, last=False) * (run - last)
+                     + (wave_drain_s(plan, machine, count) if last else 0.0))
         dram_per_cta = sum(waves[i:i + run]) / (count * run)
-        groups.append(WaveGroup(i, run, count, dram_per_cta, prologue, wave_drain_s(plan, machine, count) * run,
-                                sum(llc[i:i + run]) / (count * run)))
+        groups.append(WaveGroup(i, run, count, dram_per_cta, prologue, drain, sum(llc[i:i + run]) / (count * run)))
         remaining -= count * run
         i += run
     return groups
@@ -280,8 +290,15 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
         if l2 > 0:
             rate = np.minimum(rate, machine.l2_achievable_bytes_per_s / (counts * l2))
         seconds = np.where(rate > 0, 1.0 / rate, np.inf)
-    prologue = gemm_wave_fill_s(machine) * len(waves) if plan.prologue_per_wave else machine.dram_latency_s
-    drain = sum(wave_drain_s(plan, machine, int(c)) * int(np.count_nonzero(counts == c)) for c in np.unique(counts))
+    if not plan.prologue_per_wave:
+        prologue = machine.dram_latency_s
+    else:
+        prologue = gemm_wave_fill_s(machine) * (1 if plan.persistent else len(waves))
+    if plan.persistent:  # the last wave's full drain, the others' epilogue writes
+        drain = wave_drain_s(plan, machine, int(counts[-1])) + sum(
+            wave_drain_s(plan, machine, int(c), last=False) for c in counts[:-1])
+    else:
+        drain = sum(wave_drain_s(plan, machine, int(c)) * int(np.count_nonzero(counts == c)) for c in np.unique(counts))
     return float(seconds.sum()) + prologue + drain
 
 

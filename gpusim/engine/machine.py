@@ -29,7 +29,8 @@ class Calibration:
     host_copy_overhead_s: float = 0.0
     """Fixed host-side cost of one host<->device copy beyond the eager launch (fitted; 0 = none)."""
     gemm_wave_overhead_s: float = 0.0
-    """Fixed cost of every wave of a GEMM-like kernel beyond its pipeline fill, math and drain (fitted; 0 = none)."""
+    """Fixed cost of every wave of a GEMM-like kernel beyond its pipeline fill, math and drain (once for a
+    persistent kernel; fitted; 0 = none)."""
     peer_link_fraction: float = 1.0
     in_switch_reduction_fraction: float = 1.0
     dynamic_energy_factor: float = 1.0
@@ -116,6 +117,16 @@ class Machine:
         (``wgmma`` and clusters arrived with PTX ISA 8.0, CUDA 12.0). FP8 matrix kernels keep the native
         rate: a stack that runs FP8 on Hopper has those instructions."""
         return replace(self, native_mma=False, max_cluster_size=1)
+
+    def persistent_matrix_kernels(self, dtype: str) -> bool:
+        """Whether this device's libraries run their tensor-core kernels for ``dtype`` as persistent,
+        warp-specialized kernels (see ``KernelPlan.persistent``): those built on its asynchronous
+        native MMA, issued by a warpgroup (Hopper ``wgmma``) or a CTA (Blackwell ``tcgen05``), whose
+        producer warps load through TMA while the math warps compute (CUTLASS 3.x sm90/sm100 kernels,
+        cuBLAS sm90+). Warp-synchronous MMA libraries (Ampere and older, CDNA, legacy stacks on
+        Hopper, except for FP8, which only the native instructions run) launch one CTA per tile."""
+        native = self.native_mma or dtype in NATIVE_ONLY_MATRIX_DTYPES
+        return self.kind == "gpu" and native and self.native_mma_issuer != "warp"
 
     def strides_block_native_mma(self, row_strides_bytes: tuple[int, ...]) -> bool:
         """True when a GEMM whose operands and output have these row strides cannot take the native

@@ -247,6 +247,9 @@ def _main_kernel(machine: Machine, op) -> KernelPlan:
         bytes_in_flight_per_cta=2 * kv_block * d * eb * stages,
         wave_dram_bytes=tuple(waves),
         prologue_per_wave=True,
+        # FlashAttention-3's forward loops persistent CTAs over the tiles (its backward launches one
+        # CTA per tile: flash-attention hopper/flash_{fwd,bwd}_launch_template.h tile schedulers)
+        persistent=forward and native_async and machine.persistent_matrix_kernels(dtype),
         useful_flop=op.flop(),
         tile=Tile(block, kv_block, d, stages, max(1, threads // 32)),
         load_waits_per_cta=0.0 if stages > 1 else UNPIPELINED_WAITS_PER_TRIP * streamed_rows / kv_block,

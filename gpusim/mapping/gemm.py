@@ -30,6 +30,12 @@ def uses_matrix_pipe(machine: Machine, dtype: str) -> bool:
     return machine.matrix_rate_per_unit(dtype) is not None
 
 
+def persistent_gemm(machine: Machine, dtype: str) -> bool:
+    """Whether the library's GEMM for this dtype is a persistent kernel (tensor-core GEMMs on a
+    device whose libraries build them so; see ``Machine.persistent_matrix_kernels``)."""
+    return uses_matrix_pipe(machine, dtype) and machine.persistent_matrix_kernels(dtype)
+
+
 def wave_traffic(machine: Machine, m: int, n: int, k: int, batch: int, tile: Tile, in_bytes: float,
                  out_bytes: float, slots: int, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
                  b_group: int = 1, extra_c_bytes_per_element: float = 0.0
@@ -272,7 +278,8 @@ def compulsory_dram_bytes(m: int, n: int, k: int, batch: int, dtype: str, a_uniq
 def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dtype: str, tile: Tile,
                        min_dram_bytes: float, math_speedup: float = 1.0) -> float:
     """A cheap bound no simulation of this tile can beat: every wave's pipeline fill, its CTAs' math
-    at the SM's rate and its epilogue drain, or the operands' DRAM bytes at full bandwidth. It orders the candidates
+    at the SM's rate and its epilogue drain (a persistent kernel's first fill and last drain only),
+    or the operands' DRAM bytes at full bandwidth. It orders the candidates
     and stops the search once no remaining tile can win."""
     resources = _resources(machine, dtype, tile)
     rate = machine.matrix_rate_per_unit(dtype) if uses_matrix_pipe(machine, dtype) else machine.vector_rate_per_unit(dtype)
@@ -288,15 +295,22 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
     c_tile_bytes = tile.block_m * tile.block_n * output_bytes_per_element(dtype)
     shared_s = shared_operand_bytes_per_cta(machine, dtype, tile, warps, k_iters) / machine.shared_bytes_per_s_per_unit
 
-    def wave_s(count: int) -> float:
+    def main_and_epilogue_s(count: int) -> tuple[float, float]:
         on_busiest = min(per_unit, math.ceil(count / machine.num_units))
         share = min(1.0, on_busiest * warps / machine.num_schedulers_per_unit)
-        # the wave's epilogue drain is at least one L2 latency plus the busiest SM storing its C tiles
-        drain = machine.l2_latency_s + on_busiest * c_tile_bytes / machine.l1_bytes_per_s_per_unit
-        main = max(cta_flop / (rate * share), shared_s) * on_busiest
-        return gemm_wave_fill_s(machine) + main + drain
+        # the busiest SM writes its C tiles at its own bandwidth (a drain adds one L2 latency)
+        epilogue = on_busiest * c_tile_bytes / machine.l1_bytes_per_s_per_unit
+        return max(cta_flop / (rate * share), shared_s) * on_busiest, epilogue
 
-    total = (grid // slots) * wave_s(slots) + (wave_s(grid % slots) if grid % slots else 0.0)
+    full, rest = divmod(grid, slots)
+    main_full, epilogue_full = main_and_epilogue_s(slots)
+    main_rest, epilogue_rest = main_and_epilogue_s(rest) if rest else (0.0, 0.0)
+    waves = full + bool(rest)
+    total = full * (main_full + epilogue_full) + main_rest + epilogue_rest + machine.l2_latency_s
+    if persistent_gemm(machine, dtype):  # one pipeline fill, one drain latency
+        total += gemm_wave_fill_s(machine)
+    else:
+        total += waves * gemm_wave_fill_s(machine) + (waves - 1) * machine.l2_latency_s
     operand_l2_bytes = grid * tile.l2_operand_elements_per_k() * k_iters * tile.block_k * DTYPE_BYTES[dtype]
     return max(total, min_dram_bytes / machine.dram_achievable_bytes_per_s,
                operand_l2_bytes / machine.l2_achievable_bytes_per_s)
@@ -371,6 +385,7 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         bytes_in_flight_per_cta=in_flight,
         wave_dram_bytes=waves,
         prologue_per_wave=True,
+        persistent=persistent_gemm(machine, dtype),
         useful_flop=useful_flop,
         tile=tile,
         wave_llc_bytes=llc_waves if any(llc_waves) else (),

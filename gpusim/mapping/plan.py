@@ -81,10 +81,17 @@ class KernelPlan:
     wave_dram_bytes: tuple[float, ...]
     """DRAM bytes of each wave of concurrently resident CTAs (reads that miss L2, plus writes)."""
     prologue_per_wave: bool
-    """GEMM-like CTAs fill their pipeline at the start of every wave; streaming kernels only once."""
+    """GEMM-like CTAs fill their pipeline at the start of every wave (of a persistent kernel, its
+    first); streaming kernels only once."""
     useful_flop: float
     """The op's model FLOP (what the workload counts), for FLOP conservation and MFU."""
     tile: Tile | None = None
+    persistent: bool = False
+    """A persistent, warp-specialized GEMM-like kernel: one CTA per SM slot loops over the output
+    tiles, its producer warp loading the next tile's operands while its math warps finish and store
+    the current one (CUTLASS 3.x ``KernelTmaWarpSpecialized*Persistent``/cuBLAS sm90+ kernels, the
+    FlashAttention-3 forward). Wave quantization remains, but only the first wave pays the pipeline
+    fill and fixed cost and only the last wave's epilogue drain is exposed."""
     epilogue_bytes_per_cta: float = 0.0
     """Bytes each CTA stores after its main loop (its output tile, split-K partials). A GEMM-like
     wave drains them through the SM's share of L2 bandwidth before its SMs take the next wave."""
