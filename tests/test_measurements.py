@@ -432,3 +432,19 @@ def test_copy_loads_identically_and_builtin_errors_name_the_repository_path(tmp_
     with pytest.raises(ConfigError) as info:
         module.load_kernel_cases()
     assert _one_line(info.value).startswith("measurements/published/kernels.csv: row 2.metric: ")
+
+
+def test_heldout_xla_gemm_table_is_disjoint_from_the_scored_shapes():
+    # XLA's per-shape BF16 table (b = 1, 2, 4; m, n, k in 256..4096) on H100, B200 and MI300X, kept out
+    # of the score: no row may repeat a (GPU, dtype, variant, shape) the published dataset scores
+    heldout = Path(__file__).resolve().parent.parent / "measurements" / "heldout" / "xla_gemm_bf16_shapes.csv"
+    cases = load_kernel_cases(heldout)
+
+    def key(c):
+        return c.gpu, c.dtype, c.variant, c.m, c.n, c.k, c.batch or 1
+
+    assert len(cases) == 1109 and len({c.case_id for c in cases}) == 1109
+    assert {c.gpu for c in cases} == {"h100_sxm5_80gb", "b200", "mi300x"}
+    assert all(c.op == "matmul" and c.dtype == "bf16" and c.metric == "flop_per_s" for c in cases)
+    assert all({c.m, c.n, c.k} <= {256, 512, 1024, 2048, 4096} and c.batch in (1, 2, 4) for c in cases)
+    assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases()}
