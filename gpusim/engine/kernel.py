@@ -294,9 +294,9 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
         prologue = machine.dram_latency_s
     else:
         prologue = gemm_wave_fill_s(machine) * (1 if plan.persistent else len(waves))
-    if plan.persistent:  # the last wave's full drain, the others' epilogue writes
-        drain = wave_drain_s(plan, machine, int(counts[-1])) + sum(
-            wave_drain_s(plan, machine, int(c), last=False) for c in counts[:-1])
+    if plan.persistent:  # the last wave's full drain, the earlier (full) waves' epilogue writes
+        drain = (wave_drain_s(plan, machine, int(counts[-1]))
+                 + (len(counts) - 1) * wave_drain_s(plan, machine, slots, last=False))
     else:
         drain = sum(wave_drain_s(plan, machine, int(c)) * int(np.count_nonzero(counts == c)) for c in np.unique(counts))
     return float(seconds.sum()) + prologue + drain
