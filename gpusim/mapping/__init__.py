@@ -20,8 +20,8 @@ from gpusim.engine.kernel import estimate_kernel_s
 from gpusim.engine.machine import NATIVE_ONLY_MATRIX_DTYPES, Machine
 from gpusim.errors import SimulationError
 from gpusim.mapping.attention import fused_attention_plans
-from gpusim.mapping.gemm import (compulsory_dram_bytes, gemm_lower_bound_s, gemm_plan, output_bytes_per_element, tile_candidates,
-                                 tile_misfit_reason, uses_matrix_pipe)
+from gpusim.mapping.gemm import (compulsory_dram_bytes, gemm_lower_bound_s, gemm_plan, output_bytes_per_element,
+                                 tile_candidates, tile_misfit_reason, uses_matrix_pipe)
 from gpusim.mapping.plan import KernelPlan, Tile
 from gpusim.mapping.streaming import elementwise_launch, framework_row_launch, row_launch, streaming_plan
 

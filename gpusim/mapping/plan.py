@@ -91,7 +91,8 @@ class KernelPlan:
     tiles, its producer warp loading the next tile's operands while its math warps finish and store
     the current one (CUTLASS 3.x ``KernelTmaWarpSpecialized*Persistent``/cuBLAS sm90+ kernels, the
     FlashAttention-3 forward). Wave quantization remains, but only the first wave pays the pipeline
-    fill and fixed cost and only the last wave's epilogue drain is exposed."""
+    fill and fixed cost and only the last waits for its stores' L2 latency (between waves the
+    epilogue's bandwidth term remains)."""
     epilogue_bytes_per_cta: float = 0.0
     """Bytes each CTA stores after its main loop (its output tile, split-K partials). A GEMM-like
     wave drains them through the SM's share of L2 bandwidth before its SMs take the next wave."""
