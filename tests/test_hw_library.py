@@ -413,3 +413,32 @@ def test_the_l1_is_the_pool_minus_the_shared_memory_carve_out():
     assert machine_of(load_hardware("mi300x")).l1_capacity_bytes == 32 * 1024
     # H100: the driver picks the carve-out per kernel; a kernel without shared memory gets the smallest, 8 KiB
     assert machine_of(load_hardware("h100_sxm5_80gb")).l1_capacity_bytes == (256 - 8) * 1024
+
+
+def _extending_gpus_with_their_own_clock() -> list[tuple[str, str]]:
+    pairs = []
+    for stem, path in builtin_files("hwconfigs").items():
+        parent = read_yaml(path).get("extends")
+        if parent and read_yaml(path).get("kind") == "gpu":
+            child_desc, parent_desc = load_hardware(stem), load_hardware(str(parent))
+            if child_desc.gpu.clocks.sm_clock_hz != parent_desc.gpu.clocks.sm_clock_hz:
+                pairs.append((stem, str(parent)))
+    return pairs
+
+
+CLOCKED_CHILDREN = _extending_gpus_with_their_own_clock()
+
+
+def test_the_parts_clocked_differently_from_their_parents_are_found():
+    assert {stem for stem, _ in CLOCKED_CHILDREN} >= {"v100_pcie_32gb", "h100_nvl_94gb"}
+
+
+@pytest.mark.parametrize("stem, parent", CLOCKED_CHILDREN)
+def test_a_part_clocked_differently_from_its_parent_keeps_the_on_chip_latencies_in_cycles(stem, parent):
+    # On-chip latency is a number of SM cycles: a part that extends another but runs its SMs at another
+    # clock must not inherit nanoseconds converted at the parent's clock (V100 PCIe and H100 NVL did)
+    child, base = load_hardware(stem).gpu, load_hardware(parent).gpu
+    for latency in (lambda g: g.l1.latency_s, lambda g: g.l1.shared_latency_s,
+                    lambda g: g.l2.near_latency_s, lambda g: g.l2.far_latency_s):
+        cycles = latency(child) * child.clocks.sm_clock_hz
+        assert cycles == pytest.approx(latency(base) * base.clocks.sm_clock_hz, rel=0.01), stem
