@@ -213,6 +213,22 @@ def wave_drain_s(plan: KernelPlan, machine: Machine, count: int, last: bool = Tr
     return drain if plan.persistent and not last else machine.l2_latency_s + drain
 
 
+def run_fill_and_drain_s(plan: KernelPlan, machine: Machine, count: int, num_waves: int, first: bool,
+                         last: bool) -> tuple[float, float]:
+    """(pipeline fills, exposed epilogue drains) in seconds of ``num_waves`` consecutive waves of
+    ``count`` CTAs, ``first`` and ``last`` saying whether they include the kernel's first and last
+    wave. A one-CTA-per-tile GEMM-like kernel fills and drains every wave; a streaming kernel fills
+    once; a persistent kernel fills once and waits for its stores' L2 latency only after its last
+    wave (see :func:`wave_drain_s`)."""
+    if num_waves <= 0:
+        return 0.0, 0.0
+    if plan.prologue_per_wave and not plan.persistent:
+        return gemm_wave_fill_s(machine) * num_waves, wave_drain_s(plan, machine, count) * num_waves
+    fill = gemm_wave_fill_s(machine) if plan.prologue_per_wave else machine.dram_latency_s
+    drain = wave_drain_s(plan, machine, count, last=False) * (num_waves - last)
+    return (fill if first else 0.0), drain + (wave_drain_s(plan, machine, count) if last else 0.0)
+
+
 @dataclass(frozen=True)
 class WaveGroup:
     """Consecutive waves simulated as one flow (identical full waves of a streaming kernel)."""
@@ -247,15 +263,7 @@ def wave_groups(plan: KernelPlan, machine: Machine) -> list[WaveGroup]:
                and abs(waves[i + run] - waves[i]) <= 1e-9 * max(1.0, waves[i])
                and abs(llc[i + run] - llc[i]) <= 1e-9 * max(1.0, llc[i])):
             run += 1
-        if plan.prologue_per_wave and not plan.persistent:
-            prologue = gemm_wave_fill_s(machine) * run
-            drain = wave_drain_s(plan, machine, count) * run
-        else:  # a streaming or persistent kernel fills its pipeline once
-            fill = gemm_wave_fill_s(machine) if plan.prologue_per_wave else machine.dram_latency_s
-            prologue = fill if i == 0 else 0.0
-            last = i + run == len(waves)
-            drain = (wave_drain_s(plan, machine, count, last=False) * (run - last)
-                     + (wave_drain_s(plan, machine, count) if last else 0.0))
+        prologue, drain = run_fill_and_drain_s(plan, machine, count, run, first=i == 0, last=i + run == len(waves))
         dram_per_cta = sum(waves[i:i + run]) / (count * run)
         groups.append(WaveGroup(i, run, count, dram_per_cta, prologue, drain, sum(llc[i:i + run]) / (count * run)))
         remaining -= count * run
@@ -290,16 +298,10 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
         if l2 > 0:
             rate = np.minimum(rate, machine.l2_achievable_bytes_per_s / (counts * l2))
         seconds = np.where(rate > 0, 1.0 / rate, np.inf)
-    if not plan.prologue_per_wave:
-        prologue = machine.dram_latency_s
-    else:
-        prologue = gemm_wave_fill_s(machine) * (1 if plan.persistent else len(waves))
-    if plan.persistent:  # the last wave's full drain, the earlier (full) waves' epilogue writes
-        drain = (wave_drain_s(plan, machine, int(counts[-1]))
-                 + (len(counts) - 1) * wave_drain_s(plan, machine, slots, last=False))
-    else:
-        drain = sum(wave_drain_s(plan, machine, int(c)) * int(np.count_nonzero(counts == c)) for c in np.unique(counts))
-    return float(seconds.sum()) + prologue + drain
+    # every wave but the last is full
+    full = run_fill_and_drain_s(plan, machine, slots, len(waves) - 1, first=True, last=False)
+    tail = run_fill_and_drain_s(plan, machine, int(counts[-1]), 1, first=len(waves) == 1, last=True)
+    return float(seconds.sum()) + sum(full) + sum(tail)
 
 
 @dataclass(frozen=True)
