@@ -97,6 +97,13 @@ def _timed_kernel_s(machine: Machine, plan, timing_method: str) -> float:
     return kernel_s + machine.graph_kernel_launch_s
 
 
+WHOLE_TILE_SCHEDULERS = {
+    "deepgemm": "DeepGEMM's persistent scheduler hands each CTA whole output tiles in turn "
+                "(deep_gemm/include/deep_gemm/scheduler.cuh, Scheduler::get_next_block); it has no stream-K",
+}
+"""Libraries (the ``library`` column) whose persistent GEMMs never run a stream-K tail, and why."""
+
+
 def matmul_flop(case) -> float:
     """FLOP of a matmul row: 2 m n k per product, ``batch`` products (1 unless stated)."""
     return 2.0 * case.m * case.n * case.k * (case.batch or 1)
@@ -114,7 +121,8 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
         strides = Matmul(m=case.m, n=case.n, k=case.k, batch=batch, dtype=dtype).row_strides_bytes()
         # where the source names the kernel the library ran, simulate that kernel's tile
         plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, batch, dtype, flop,
-                         row_strides_bytes=strides, tile=Tile.parse(case.kernel_tile) if case.kernel_tile else None)
+                         row_strides_bytes=strides, tile=Tile.parse(case.kernel_tile) if case.kernel_tile else None,
+                         stream_k=case.library not in WHOLE_TILE_SCHEDULERS)
         t = _timed_kernel_s(machine, plan, case.timing_method)
         peak = matrix_peak_flop_per_s(device, dtype, fp32_accumulate=True) \
             or vector_peak_flop_per_s(device, dtype)

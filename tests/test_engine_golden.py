@@ -93,6 +93,43 @@ def test_persistent_gemm_fills_once_and_hides_the_drain_latency_between_waves(ti
     assert not legacy.persistent_matrix_kernels("fp16") and legacy.persistent_matrix_kernels("fp8")
 
 
+def test_stream_k_tail_shares_the_leftover_tile_among_all_slots(tiny):
+    # 640 x 128 x 1024 fp16 in 128x128 tiles on the persistent (Hopper-like) device given 4 SMs: 5 tiles
+    # on 4 slots. Whole tiles take two waves of 32.768 us of math each. The last wave is less than half
+    # full and each tile has 16 k-steps, so a stream-K tail runs instead: after one full wave all four
+    # SMs take a quarter of the fifth tile's k-iterations (8.192 us). Its fixup: each SM stores a 64 KiB
+    # FP32 partial tile and the owner reads the other three at its 64 B/cycle x 1 GHz (3.072 us, slower
+    # than the 448 KiB at the 1 TB/s L2), one L2 latency (100 ns); then the one leftover C tile drains
+    # (100 ns + 32 KiB / 64 GB/s). Fill and fixed cost (1 + 2 us) once; between the waves the first
+    # wave's epilogue bandwidth term (0.512 us) remains.
+    hopper_like = replace(tiny, num_units=4, dram_bandwidth_bytes_per_s=1e12, native_mma_issuer="warpgroup",
+                          calibration=replace(tiny.calibration, gemm_wave_overhead_s=2e-6))
+
+    def plan(m, k, stream_k):
+        return gemm_plan(hopper_like, "gemm", "matmul", m, 128, k, 1, "fp16",
+                         Tile(128, 128, 64, 2, 4, stream_k=stream_k), 2.0 * m * 128 * k)
+
+    whole, tail = plan(640, 1024, False), plan(640, 1024, True)
+    assert (whole.grid, whole.num_waves) == (5, 2)
+    assert (tail.grid, tail.num_waves, tail.tail_work_fraction) == (8, 2, 0.25)
+    math_s = 2 * 128**2 * 1024 / 1024e9
+    epilogue = 32 * 1024 / 64e9
+    start = 1e-6 + 2e-6
+    expected_whole = start + math_s + epilogue + math_s + (100e-9 + epilogue)
+    expected_tail = start + math_s + epilogue + math_s / 4 + (3 * 64 * 1024 / 64e9 + 100e-9) + (100e-9 + epilogue)
+    for p, expected in ((whole, expected_whole), (tail, expected_tail)):
+        assert simulate_kernel(p, hopper_like).time_s == pytest.approx(expected, rel=1e-12)
+        assert estimate_kernel_s(p, hopper_like) == pytest.approx(expected, rel=1e-12)
+    # the work is conserved: five tiles' worth of L2 traffic, not eight
+    assert tail.l2_bytes == pytest.approx(whole.l2_bytes, rel=1e-12)
+    # whole tiles when no wave is full (3 tiles), when the last wave is at least half full (7 tiles), when
+    # a tile has only 8 k-steps to share, and on a device whose libraries launch one CTA per tile
+    assert plan(384, 1024, True) is None and plan(896, 1024, True) is None and plan(640, 512, True) is None
+    assert gemm_plan(replace(tiny, num_units=4), "gemm", "matmul", 640, 128, 1024, 1, "fp16",
+                     Tile(128, 128, 64, 2, 4, stream_k=True), 2.0 * 640 * 128 * 1024) is None
+    assert Tile.parse(Tile(128, 128, 64, 2, 4, stream_k=True, cluster=2).label()).stream_k
+
+
 def test_warp_mma_runs_at_the_devices_warp_mma_fraction(tiny):
     # The compute-bound GEMM above, issued with warp-synchronous MMA on a device where that reaches
     # half the tensor rate: each CTA's 2*128*128*1024 FLOP now take 65.536 us; fills and drains unchanged.

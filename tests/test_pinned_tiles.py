@@ -67,6 +67,17 @@ def test_a_tile_that_does_not_fit_says_which_limit_it_breaks():
     a100 = machine_of(load_hardware("a100_sxm4_80gb"))  # Ampere has no thread-block clusters
     with pytest.raises(SimulationError, match="cluster of 2 CTAs"):
         best_gemm(a100, "matmul", "matmul", 4096, 4096, 4096, 1, "bf16", 1.0, tile=Tile(128, 128, 64, 4, 4, cluster=2))
+    # 4096^2 in 128x128 tiles is 1,024 tiles: 7 full waves of 132 and a tail of 100, more than half full
+    with pytest.raises(SimulationError, match="runs no stream-K tail"):
+        best_gemm(h100, "matmul", "matmul", 4096, 4096, 4096, 1, "bf16", 1.0,
+                  tile=Tile.parse("128x128x64_s4_w4_streamk"))
+    # on A100 (one CTA per tile) there is no tail at all; 10240^2 on H100 (tail of 32) has one
+    with pytest.raises(SimulationError, match="runs no stream-K tail"):
+        best_gemm(a100, "matmul", "matmul", 10240, 10240, 4096, 1, "bf16", 1.0,
+                  tile=Tile.parse("128x256x32_s3_w8_streamk"))
+    plan = best_gemm(h100, "matmul", "matmul", 10240, 10240, 4096, 1, "bf16", 1.0,
+                     tile=Tile.parse("128x256x32_s3_w8_streamk"))
+    assert plan.tail_work_fraction == pytest.approx(32 / 132)
 
 
 def test_a_malformed_tile_on_a_matmul_op_is_refused():

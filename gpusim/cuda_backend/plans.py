@@ -122,6 +122,8 @@ def unsupported_tile_reason(tile: Tile, dtype: str) -> str | None:
     """Why this backend cannot run a tile (None when it can)."""
     if tile.cluster > 1 or tile.cluster_n > 1:
         return "CTA clusters (TMA multicast) are not expressible in Numba"
+    if tile.stream_k:
+        return "its kernels launch one CTA per tile (or split-K slice); a stream-K tail needs a persistent kernel"
     try:
         gemm_layout(tile)
     except ValueError as exc:

@@ -213,20 +213,39 @@ def wave_drain_s(plan: KernelPlan, machine: Machine, count: int, last: bool = Tr
     return drain if plan.persistent and not last else machine.l2_latency_s + drain
 
 
+def stream_k_fixup_s(plan: KernelPlan, machine: Machine, slots: int) -> float:
+    """Seconds a stream-K tail (see :attr:`KernelPlan.tail_work_fraction`) spends adding up its
+    partial tiles after its main loop: each of the ``slots`` CTAs stores one FP32 partial tile and
+    each leftover tile's owner reads the partials of the other CTAs that shared it (slots / tiles of
+    them), through L2: the slower of all these bytes at L2 bandwidth and the owner's reads at its
+    SM's load/store bandwidth, then one L2 latency for the partials to become visible. 0 without a tail."""
+    if plan.tail_work_fraction >= 1.0 or plan.stream_k_partial_bytes <= 0:
+        return 0.0
+    sharers = 1.0 / plan.tail_work_fraction  # CTAs per leftover tile
+    partial = plan.stream_k_partial_bytes
+    moved = slots * partial * (2.0 - plan.tail_work_fraction)  # every CTA writes one; owners read the rest
+    owner = max(1.0, sharers - 1.0) * partial / machine.l1_bytes_per_s_per_unit
+    return max(moved / machine.l2_achievable_bytes_per_s, owner) + machine.l2_latency_s
+
+
 def run_fill_and_drain_s(plan: KernelPlan, machine: Machine, count: int, num_waves: int, first: bool,
                          last: bool) -> tuple[float, float]:
     """(pipeline fills, exposed epilogue drains) in seconds of ``num_waves`` consecutive waves of
     ``count`` CTAs, ``first`` and ``last`` saying whether they include the kernel's first and last
     wave. A one-CTA-per-tile GEMM-like kernel fills and drains every wave; a streaming kernel fills
     once; a persistent kernel fills once and waits for its stores' L2 latency only after its last
-    wave (see :func:`wave_drain_s`)."""
+    wave (see :func:`wave_drain_s`), which, for a stream-K tail, first adds up its partial tiles
+    (:func:`stream_k_fixup_s`) and stores only the leftover tiles."""
     if num_waves <= 0:
         return 0.0, 0.0
     if plan.prologue_per_wave and not plan.persistent:
         return gemm_wave_fill_s(machine) * num_waves, wave_drain_s(plan, machine, count) * num_waves
     fill = gemm_wave_fill_s(machine) if plan.prologue_per_wave else machine.dram_latency_s
     drain = wave_drain_s(plan, machine, count, last=False) * (num_waves - last)
-    return (fill if first else 0.0), drain + (wave_drain_s(plan, machine, count) if last else 0.0)
+    if last:
+        stores = max(1, round(count * plan.tail_work_fraction))
+        drain += stream_k_fixup_s(plan, machine, count) + wave_drain_s(plan, machine, stores)
+    return (fill if first else 0.0), drain
 
 
 @dataclass(frozen=True)
@@ -237,12 +256,15 @@ class WaveGroup:
     num_waves: int
     count: int
     dram_bytes_per_cta: float
+    """DRAM bytes per CTA's worth of work (a full CTA's; a stream-K tail's CTAs do ``work`` of it)."""
     prologue_s: float
     """The waves' pipeline fills (one DRAM latency per GEMM-like wave; a streaming kernel's once)."""
     drain_s: float = 0.0
     """The waves' epilogue drains (see wave_drain_s)."""
     llc_bytes_per_cta: float = 0.0
-    """L2 misses served by the memory-side cache, per CTA."""
+    """L2 misses served by the memory-side cache, per CTA's worth of work."""
+    work: float = 1.0
+    """Work of the group in full waves' worth: ``num_waves``, less what a stream-K tail's CTAs do not do."""
 
 
 def wave_groups(plan: KernelPlan, machine: Machine) -> list[WaveGroup]:
@@ -256,16 +278,21 @@ def wave_groups(plan: KernelPlan, machine: Machine) -> list[WaveGroup]:
     i = 0
     waves = plan.wave_dram_bytes
     llc = plan.wave_llc_bytes or (0.0,) * len(waves)
+    tail = plan.tail_work_fraction
     while i < len(waves):
         count = min(slots, remaining)
         run = 1
-        while (i + run < len(waves) and remaining - run * slots >= slots
+        # a stream-K tail is a group of its own
+        while (i + run < len(waves) - (tail < 1.0) and remaining - run * slots >= slots
                and abs(waves[i + run] - waves[i]) <= 1e-9 * max(1.0, waves[i])
                and abs(llc[i + run] - llc[i]) <= 1e-9 * max(1.0, llc[i])):
             run += 1
-        prologue, drain = run_fill_and_drain_s(plan, machine, count, run, first=i == 0, last=i + run == len(waves))
-        dram_per_cta = sum(waves[i:i + run]) / (count * run)
-        groups.append(WaveGroup(i, run, count, dram_per_cta, prologue, drain, sum(llc[i:i + run]) / (count * run)))
+        last = i + run == len(waves)
+        prologue, drain = run_fill_and_drain_s(plan, machine, count, run, first=i == 0, last=last)
+        work = run * (tail if last else 1.0)
+        dram_per_cta = sum(waves[i:i + run]) / (count * work)
+        groups.append(WaveGroup(i, run, count, dram_per_cta, prologue, drain, sum(llc[i:i + run]) / (count * work),
+                                work))
         remaining -= count * run
         i += run
     return groups
@@ -284,8 +311,10 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
     for count in np.unique(counts):
         c, f, _ = _cta_compute_and_in_flight(plan, machine, int(count))
         compute[counts == count], in_flight[counts == count] = c, f
-    dram = waves / counts
-    llc = np.asarray(plan.wave_llc_bytes or np.zeros(len(waves)), dtype=np.float64) / counts
+    work = np.ones(len(waves))
+    work[-1] = plan.tail_work_fraction
+    dram = waves / (counts * work)
+    llc = np.asarray(plan.wave_llc_bytes or np.zeros(len(waves)), dtype=np.float64) / (counts * work)
     l2 = plan.l2_bytes_per_cta
     cost = dram_capacity_per_byte(plan, machine, dram)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -297,7 +326,7 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
             rate = np.minimum(rate, np.where(llc > 0, machine.llc_achievable_bytes_per_s / (counts * llc), np.inf))
         if l2 > 0:
             rate = np.minimum(rate, machine.l2_achievable_bytes_per_s / (counts * l2))
-        seconds = np.where(rate > 0, 1.0 / rate, np.inf)
+        seconds = np.where(rate > 0, work / rate, np.inf)
     # every wave but the last is full
     full = run_fill_and_drain_s(plan, machine, slots, len(waves) - 1, first=True, last=False)
     tail = run_fill_and_drain_s(plan, machine, int(counts[-1]), 1, first=len(waves) == 1, last=True)
@@ -368,7 +397,7 @@ def simulate_kernel(plan: KernelPlan, machine: Machine) -> KernelTiming:
                 # cap above what the resources allow lets them bind
                 allowed = [resources[r] / (g.count * d) for r, d in demands.items() if d > 0 and r in resources]
                 max_rate = 2.0 * min(allowed) if allowed else 1e30
-            flow = fluid.add_flow(count=g.count, work=float(g.num_waves), demands=demands,
+            flow = fluid.add_flow(count=g.count, work=g.work, demands=demands,
                                   max_rate=max_rate, label=f"wave{g.first_wave}")
             yield flow.done
             end = env.now

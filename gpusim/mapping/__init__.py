@@ -38,12 +38,14 @@ TRANSCENDENTAL_FUNCTIONS = frozenset({"gelu", "gelu_new", "silu", "sigmoid", "ta
 def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int, batch: int, dtype: str,
               useful_flop: float, *, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
               b_group: int = 1, extra_c_bytes_per_element: float = 0.0, sfu_ops_per_output: float = 0.0,
-              sparse: bool = False, row_strides_bytes: tuple[int, ...] = (), tile: Tile | None = None) -> KernelPlan:
+              sparse: bool = False, row_strides_bytes: tuple[int, ...] = (), tile: Tile | None = None,
+              stream_k: bool = True) -> KernelPlan:
     """The fastest predicted tile configuration for a (batched) GEMM, or the plan of ``tile`` when the
     caller pins one (the kernel a profile shows the library ran). ``row_strides_bytes`` are the
     row strides of A, B and C in memory: on a device whose native matrix path needs aligned strides
     (Hopper's TMA-fed ``wgmma``), a GEMM with any other stride is planned and run on the
-    warp-synchronous MMA path."""
+    warp-synchronous MMA path. ``stream_k`` False leaves out stream-K tails (:attr:`Tile.stream_k`),
+    for a library whose persistent scheduler hands out whole tiles only."""
     if machine.matrix_rate_per_unit(dtype) is None and (
             dtype in ("fp8", "int8", "fp4") or machine.vector_rate_per_unit(dtype) is None):
         # low-precision formats exist only as tensor-core (matrix-unit) inputs
@@ -63,7 +65,8 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         reason = tile_misfit_reason(machine, dtype, tile)
         if reason:
             raise SimulationError(f"tile {tile.label()} cannot run on {machine.name}: {reason}")
-    candidates = [tile] if tile is not None else tile_candidates(machine, dtype, m, n, k, batch)
+    candidates = [tile] if tile is not None else [t for t in tile_candidates(machine, dtype, m, n, k, batch)
+                                                  if stream_k or not t.stream_k]
     ranked = sorted(((gemm_lower_bound_s(machine, m, n, k, batch, dtype, t, min_bytes, speedup), i, t)
                      for i, t in enumerate(candidates)),
                     key=lambda x: (x[0], x[1]))
@@ -81,6 +84,9 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         key = (estimate_kernel_s(plan, machine), plan.grid)
         if best is None or key < best[:2]:
             best = (key[0], key[1], plan)
+    if best is None and tile is not None and tile.stream_k:
+        raise SimulationError(f"tile {tile.label()}: {machine.name} runs no stream-K tail for this {dtype} GEMM (only "
+                              "persistent kernels do, when their last wave is partial and less than half full)")
     if best is None:
         raise SimulationError(f"{name}: no tile configuration fits {machine.name}")
     return replace(best[2], warp_mma=True) if warp_mma else best[2]

@@ -36,6 +36,22 @@ def persistent_gemm(machine: Machine, dtype: str) -> bool:
     return uses_matrix_pipe(machine, dtype) and machine.persistent_matrix_kernels(dtype)
 
 
+STREAM_K_MIN_K_ITERATIONS = 8
+"""k-steps a tile needs before its k-iterations are shared out (CUTLASS 3.x sm90 stream-K scheduler,
+``min_iters_per_sk_unit_ = 8``)."""
+
+
+def stream_k_tail(machine: Machine, dtype: str, tile: Tile, tiles: int, slots: int, k_iters: int) -> bool:
+    """Whether a persistent kernel runs its last wave of ``tiles`` output tiles on ``slots`` SM slots
+    as a stream-K tail, by the rule of CUTLASS 3.x's sm90 stream-K scheduler (``get_num_sk_tiles``,
+    heuristic mode): only when the last wave is partial, after at least one full wave, less than half
+    full, and each tile has more than ``STREAM_K_MIN_K_ITERATIONS`` k-steps to share; otherwise
+    whole tiles (data-parallel). Split-K tiles have no tail."""
+    full, rest = divmod(tiles, slots)
+    return (tile.stream_k and tile.split_k == 1 and persistent_gemm(machine, dtype) and full >= 1
+            and 0 < 2 * rest < slots and k_iters > STREAM_K_MIN_K_ITERATIONS)
+
+
 def wave_traffic(machine: Machine, m: int, n: int, k: int, batch: int, tile: Tile, in_bytes: float,
                  out_bytes: float, slots: int, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
                  b_group: int = 1, extra_c_bytes_per_element: float = 0.0
@@ -211,6 +227,8 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
     if output_tiles < machine.num_units and k >= 256:
         # split-K (serial reduction of FP32 partials) when the output alone cannot fill the SMs
         splits += [s for s in (2, 4, 8, 16, 32) if k // s >= 64]
+    # persistent kernels may also run their last, partial wave as a stream-K tail
+    tails = (False, True) if persistent_gemm(machine, dtype) else (False,)
     for bm, bn in shapes:
         warps = 4 if bm * bn <= 128 * 128 else 8
         if not matrix:
@@ -218,11 +236,13 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
         for bk in bk_options:
             for stages in (2, 3, 4, 5, 6) if matrix else (2,):
                 for sk in splits:
-                    out.append(Tile(bm, bn, bk, stages, warps, sk, 8))
-                    if matrix and machine.max_cluster_size >= 2 and bm * bn >= 128 * 128:
-                        out.append(Tile(bm, bn, bk, stages, warps, sk, 8, cluster=2))
-                        if per_cta_mma and machine.max_cluster_size >= 4:
-                            out.append(Tile(bm, bn, bk, stages, warps, sk, 8, cluster=2, cluster_n=2))
+                    for stream_k in tails if sk == 1 else (False,):
+                        out.append(Tile(bm, bn, bk, stages, warps, sk, 8, stream_k=stream_k))
+                        if matrix and machine.max_cluster_size >= 2 and bm * bn >= 128 * 128:
+                            out.append(Tile(bm, bn, bk, stages, warps, sk, 8, cluster=2, stream_k=stream_k))
+                            if per_cta_mma and machine.max_cluster_size >= 4:
+                                out.append(Tile(bm, bn, bk, stages, warps, sk, 8, cluster=2, cluster_n=2,
+                                                stream_k=stream_k))
     return out
 
 
@@ -305,6 +325,12 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
     full, rest = divmod(grid, slots)
     main_full, epilogue_full = main_and_epilogue_s(slots)
     main_rest, epilogue_rest = main_and_epilogue_s(rest) if rest else (0.0, 0.0)
+    if tile.stream_k:
+        if not stream_k_tail(machine, dtype, tile, grid, slots, k_iters):
+            return math.inf
+        # a stream-K tail: every slot does rest / slots of a full CTA's main loop (its partial tiles'
+        # exchange only adds to that)
+        main_rest, epilogue_rest = main_full * rest / slots, 0.0
     waves = full + bool(rest)
     total = full * (main_full + epilogue_full) + main_rest + epilogue_rest + machine.l2_latency_s
     if persistent_gemm(machine, dtype):  # one pipeline fill, one drain latency
@@ -361,6 +387,14 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
     threads, registers, shared, in_flight, per_unit, limiter = resources
     grid = batch * sk * math.ceil(m / bm) * math.ceil(n / bn)
     slots = per_unit * machine.num_units
+    tail_work = 1.0
+    if tile.stream_k:
+        # data-parallel full waves, then every slot takes an equal share of the leftover tiles'
+        # k-iterations (see stream_k_tail)
+        if not stream_k_tail(machine, dtype, tile, grid, slots, k_iters):
+            return None
+        full, rest = divmod(grid, slots)
+        grid, tail_work = (full + 1) * slots, rest / slots
     waves, llc_waves = wave_traffic(machine, m, n, k, batch, tile, eb, ob, slots, a_unique_fraction,
                                     b_unique_fraction, b_group, extra_c_bytes_per_element)
     partials = (bm * bn * 4.0 * 2) if sk > 1 else 0.0
@@ -392,6 +426,8 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         epilogue_bytes_per_cta=c_store,
         store_bytes_per_cta=c_store,
         shared_operand_bytes_per_cta=shared_operand,
+        tail_work_fraction=tail_work,
+        stream_k_partial_bytes=bm * bn * 4.0 if tile.stream_k else 0.0,
     )
 
 

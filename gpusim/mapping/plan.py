@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_TILE_LABEL = re.compile(r"(\d+)x(\d+)x(\d+)_s(\d+)_w(\d+)(?:_splitk(\d+))?(?:_cluster(\d+)(?:x(\d+))?)?")
+_TILE_LABEL = re.compile(r"(\d+)x(\d+)x(\d+)_s(\d+)_w(\d+)(?:_splitk(\d+))?(_streamk)?(?:_cluster(\d+)(?:x(\d+))?)?")
 """What :meth:`Tile.label` writes."""
 
 
@@ -29,10 +29,16 @@ class Tile:
     """CTAs of a cluster (along M) that load each B tile once and multicast it (Hopper TMA)."""
     cluster_n: int = 1
     """CTAs of a cluster (along N) that load each A tile once and multicast it (a 2-D cluster)."""
+    stream_k: bool = False
+    """A persistent kernel's stream-K tail: the output tiles left over after the last full wave
+    have their k-iterations shared evenly among all SM slots, which add up their FP32 partial tiles
+    (CUTLASS 3.x ``StreamKScheduler``, cuBLAS's segment-K kernels), instead of running as a
+    partial wave of whole tiles."""
 
     def label(self) -> str:
         text = f"{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}_w{self.num_warps}"
         text += f"_splitk{self.split_k}" if self.split_k > 1 else ""
+        text += "_streamk" if self.stream_k else ""
         if self.cluster_n > 1:
             return text + f"_cluster{self.cluster}x{self.cluster_n}"
         return text + (f"_cluster{self.cluster}" if self.cluster > 1 else "")
@@ -40,15 +46,22 @@ class Tile:
     @classmethod
     def parse(cls, label: str) -> Tile:
         """The tile a :meth:`label` names, e.g. ``128x128x32_s3_w4`` or ``128x256x64_s4_w8_cluster2``
-        (block_m x block_n x block_k, pipeline stages, warps, then optional split-K and cluster)."""
+        (block_m x block_n x block_k, pipeline stages, warps, then optional split-K, stream-K tail
+        and cluster)."""
         match = _TILE_LABEL.fullmatch(label.strip()) if isinstance(label, str) else None
         if match is None:
-            raise ValueError(f"tile {label!r} is not of the form MxNxK_sSTAGES_wWARPS[_splitkS][_clusterC[xC]], "
+            raise ValueError(f"tile {label!r} is not of the form MxNxK_sSTAGES_wWARPS[_splitkS][_streamk][_clusterC[xC]], "
                              f"e.g. 128x128x32_s3_w4")
-        bm, bn, bk, stages, warps, split_k, cluster, cluster_n = (int(g) if g else None for g in match.groups())
+        groups = match.groups()
+        stream_k = groups[6] is not None
+        bm, bn, bk, stages, warps, split_k, cluster, cluster_n = (int(g) if g else None
+                                                                  for g in groups[:6] + groups[7:])
         if 0 in (bm, bn, bk, stages, warps, split_k, cluster, cluster_n):
             raise ValueError(f"tile {label!r}: every size and count must be positive")
-        return cls(bm, bn, bk, stages, warps, split_k=split_k or 1, cluster=cluster or 1, cluster_n=cluster_n or 1)
+        if stream_k and split_k:
+            raise ValueError(f"tile {label!r}: a stream-K tail already splits k; it takes no split-K")
+        return cls(bm, bn, bk, stages, warps, split_k=split_k or 1, cluster=cluster or 1, cluster_n=cluster_n or 1,
+                   stream_k=stream_k)
 
     def l2_operand_elements_per_k(self) -> float:
         """A rows and B columns one CTA reads from L2 per step of k: its own share of the tiles its
@@ -120,6 +133,12 @@ class KernelPlan:
     """Bytes of ``l2_bytes_per_cta`` the CTA stores (all of which reach DRAM). Stores are posted: no
     thread waits for them, so Little's law bounds a CTA's loads only, and its stores travel with its
     loads' round trips; they are the writes of the DRAM traffic's read/write mix."""
+    tail_work_fraction: float = 1.0
+    """Work of each CTA of the last wave as a fraction of a full CTA's (k-iterations): below 1 for a
+    stream-K tail (:attr:`Tile.stream_k`), whose wave holds every SM slot, each doing its share of
+    the leftover tiles."""
+    stream_k_partial_bytes: float = 0.0
+    """Bytes of one FP32 partial output tile that a stream-K tail's CTAs exchange through L2 (0: none)."""
     load_waits_per_cta: float = 0.0
     """Memory round trips a CTA without software pipelining (``tile.num_stages`` 1) waits for in
     turn: one for every block it loads just before using it (0 for pipelined kernels)."""
@@ -146,8 +165,13 @@ class KernelPlan:
         return float(sum(self.wave_llc_bytes))
 
     @property
+    def work_ctas(self) -> float:
+        """CTAs' worth of work: the grid, less what a stream-K tail's CTAs do not do."""
+        return self.grid - self.grid / self.num_waves * (1.0 - self.tail_work_fraction)
+
+    @property
     def l2_bytes(self) -> float:
-        return self.l2_bytes_per_cta * self.grid
+        return self.l2_bytes_per_cta * self.work_ctas
 
     @property
     def l2_hit_fraction(self) -> float:
@@ -178,6 +202,6 @@ class KernelPlan:
                 "block_m": self.tile.block_m, "block_n": self.tile.block_n, "block_k": self.tile.block_k,
                 "num_stages": self.tile.num_stages, "num_warps": self.tile.num_warps,
                 "split_k": self.tile.split_k, "swizzle": self.tile.swizzle, "cluster": self.tile.cluster,
-                "cluster_n": self.tile.cluster_n,
+                "cluster_n": self.tile.cluster_n, "stream_k": self.tile.stream_k,
             }
         return out
