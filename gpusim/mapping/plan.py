@@ -167,6 +167,8 @@ class KernelPlan:
     @property
     def work_ctas(self) -> float:
         """CTAs' worth of work: the grid, less what a stream-K tail's CTAs do not do."""
+        if self.tail_work_fraction >= 1.0:
+            return float(self.grid)
         return self.grid - self.grid / self.num_waves * (1.0 - self.tail_work_fraction)
 
     @property
