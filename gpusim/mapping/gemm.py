@@ -199,7 +199,9 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
     Blackwell, the ``cta_group::2`` pair that runs one MMA across two SMs), and on devices whose native
     MMA is issued per CTA (Blackwell) also a 2x2 cluster that multicasts A to the CTA beside it along
     N as well (CUTLASS's sm100 example defaults to cluster 2x2 with 2-SM MMA; cuBLAS sm100 kernels are
-    named ``..._2x2_2cta``). Per-CTA MMA also gets tile widths between 128 and 256 in steps of 16."""
+    named ``..._2x2_2cta``). Per-CTA MMA also gets tile widths between 128 and 256 in steps of 16.
+    Where the library's kernels are persistent, every tile without split-K also comes as a stream-K
+    tail variant (:func:`stream_k_tail` says where one can run)."""
     eb = DTYPE_BYTES[dtype]
     out: list[Tile] = []
     if machine.kind == "cpu":
