@@ -20,7 +20,7 @@ from gpusim.engine.kernel import estimate_kernel_s
 from gpusim.engine.machine import NATIVE_ONLY_MATRIX_DTYPES, Machine
 from gpusim.errors import SimulationError
 from gpusim.mapping.attention import fused_attention_plans
-from gpusim.mapping.gemm import (compulsory_dram_bytes, gemm_lower_bound_s, gemm_plan, output_bytes_per_element,
+from gpusim.mapping.gemm import (STREAM_K_MIN_K_ITERATIONS, compulsory_dram_bytes, gemm_lower_bound_s, gemm_plan,
                                  tile_candidates, tile_misfit_reason, uses_matrix_pipe)
 from gpusim.mapping.plan import KernelPlan, Tile
 from gpusim.mapping.streaming import elementwise_launch, framework_row_launch, row_launch, streaming_plan
@@ -86,7 +86,8 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
             best = (key[0], key[1], plan)
     if best is None and tile is not None and tile.stream_k:
         raise SimulationError(f"tile {tile.label()}: {machine.name} runs no stream-K tail for this {dtype} GEMM (only "
-                              "persistent kernels do, when their last wave is partial and less than half full)")
+                              "persistent kernels do, after a full wave, when the last wave is less than half full and each tile has "
+                              f"more than {STREAM_K_MIN_K_ITERATIONS} k-steps)")
     if best is None:
         raise SimulationError(f"{name}: no tile configuration fits {machine.name}")
     return replace(best[2], warp_mma=True) if warp_mma else best[2]
