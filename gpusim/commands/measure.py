@@ -1,10 +1,12 @@
-"""``gpusim measure --suite micro|kernels``: time the CUDA kernels on a real GPU.
+"""``gpusim measure --suite micro|kernels|library``: time kernels on a real GPU.
 
 Writes, under ``--out DIR/<gpu stem or name>/``: ``<suite>.csv`` in the published kernels.csv format
 (``gpusim accuracy --measurements`` reads it), ``<suite>_timings.csv`` (every case: median, min, max),
 ``<suite>_plans.csv`` (the exact plan of each own kernel and the engine's time for it) and
-``provenance.json`` (GPU, clocks, driver, versions, date). On a machine without a CUDA GPU it says so
-in one line and exits 2.
+``provenance.json`` (GPU, clocks, driver, versions, date). The ``library`` suite times cuBLAS through
+PyTorch instead of gpusim's own kernels and writes ``library.csv`` only, each row naming the kernels
+the library ran and the tile their names state (:mod:`gpusim.cuda_backend.library`). On a machine
+without a CUDA GPU (or, for ``library``, without PyTorch) it says so in one line and exits 2.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from typing import Any, Callable, Iterable
 
 from gpusim.errors import ConfigError, GpusimError
 
-SUITE_NAMES = ("micro", "kernels")
+SUITE_NAMES = ("micro", "kernels", "library")
+OWN_KERNEL_SUITES = ("micro", "kernels")
+"""Suites that run gpusim's own Numba kernels (``library`` runs the vendor library's)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,8 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Needs a CUDA GPU; without one it exits with code 2.",
                        epilog="Example: gpusim measure --suite micro --suite kernels --out measurements")
     p.add_argument("--suite", action="append", required=True, choices=SUITE_NAMES,
-                   help="micro (pointer chase, stream, L2, FMA, host copies) or kernels (GEMM, elementwise, "
-                        "softmax, layernorm, reduction, attention); repeatable")
+                   help="micro (pointer chase, stream, L2, FMA, host copies), kernels (GEMM, elementwise, "
+                        "softmax, layernorm, reduction, attention) or library (torch.mm through cuBLAS: "
+                        "time and the kernels it ran; needs PyTorch); repeatable")
     p.add_argument("--out", default="measurements", metavar="DIR",
                    help="parent folder; files go to DIR/<gpu>/ (default: measurements)")
     p.add_argument("--hardware", default=None, metavar="NAME_OR_PATH",
@@ -105,9 +110,62 @@ def execute(suites: list[str], machine, gpu: str, provenance: dict[str, Any], ou
     return written
 
 
+def execute_library(probes, machine, gpu: str, provenance: dict[str, Any], out_dir: Path, runner: Callable,
+                    num_warmups: int, num_repeats: int, progress: Callable | None = None) -> list[Path]:
+    """Run the library probes with ``runner`` (:func:`gpusim.cuda_backend.library.run_library_probes` or a
+    stand-in) and write ``library.csv`` and ``provenance.json``; return their paths."""
+    from gpusim.cuda_backend.library import library_rows
+    from gpusim.measurements import KernelCase, columns
+
+    results = runner(probes, num_warmups, num_repeats, provenance.get("l2_bytes") or machine.l2_capacity_bytes,
+                     progress)
+    path = out_dir / "library.csv"
+    _write_csv(path, columns(KernelCase), library_rows(results, gpu, provenance, machine))
+    provenance_path = out_dir / "provenance.json"
+    try:
+        provenance_path.write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise GpusimError(f"{provenance_path}: cannot write: {exc.strerror}") from None
+    return [path, provenance_path]
+
+
+def _cmd_library(args: argparse.Namespace) -> int:
+    from gpusim.cuda_backend.library import (LIBRARY_PROBES, run_library_probes, torch_provenance,
+                                             torch_unavailable_reason)
+    from gpusim.cuda_backend.measure import base_provenance, folder_name, gpu_stem
+    from gpusim.cuda_backend.plans import load_machine
+
+    reason = torch_unavailable_reason()
+    if reason is not None:
+        print(f"gpusim: measure --suite library: {reason}", file=sys.stderr)
+        return 2
+    device = torch_provenance()
+    stem = args.hardware or gpu_stem(device["gpu_name"])
+    if stem is None:
+        raise ConfigError("--hardware", "", f"no built-in description for {device['gpu_name']!r}; pass --hardware NAME")
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
+    provenance = {**device, **base_provenance(stem, now), "num_warmups": args.warmups, "num_repeats": args.repeats,
+                  "suites": ["library"]}
+
+    def progress(probe, result) -> None:
+        print(f"{probe.case_id(stem):<44} median {result.median_s:.4g} s  {result.gemm_kernel or ''}", file=sys.stderr)
+
+    written = execute_library(LIBRARY_PROBES, load_machine(stem), stem, provenance,
+                              Path(args.out) / folder_name(device["gpu_name"]), run_library_probes, args.warmups,
+                              args.repeats, progress)
+    for path in written:
+        print(path)
+    return 0
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
     if args.repeats < 1 or args.warmups < 0:
         raise ConfigError("--repeats/--warmups", "", "repeats must be at least 1 and warm-ups at least 0")
+    if "library" in args.suite:
+        if len(set(args.suite)) > 1:
+            raise ConfigError("--suite", "", "library times cuBLAS through PyTorch; run it on its own, not with "
+                                             + ", ".join(s for s in OWN_KERNEL_SUITES if s in args.suite))
+        return _cmd_library(args)
     reason = no_gpu_reason()
     if reason is not None:
         print(f"gpusim: no CUDA GPU found ({reason})", file=sys.stderr)

@@ -1,0 +1,203 @@
+"""``gpusim measure --suite library``: time the vendor library's GEMMs and record the kernels it ran.
+
+gpusim picks the tile it predicts fastest; cuBLAS's heuristic does not always (small CUDA-core
+SGEMMs, TF32 on small grids, N % 16 == 8 on the RTX 4090: see README, "Library heuristics"). This
+suite runs ``torch.mm`` (cuBLAS) on a sweep of shapes and dtypes, times each call with CUDA events
+(median of repeats after warm-ups, inputs rotated so the L2 does not flatter), profiles one more call
+with ``torch.profiler`` to get the names and durations of the kernels it launched, and writes rows in
+the published kernels.csv format whose ``kernel_tile`` is the tile the GEMM kernel's name states
+(:func:`gpusim.mapping.kernel_names.tile_of_kernel_name`). ``gpusim accuracy --measurements`` then
+simulates the kernel the library ran, and the name of every kernel is in the row's notes.
+
+Only :func:`run_library_probes` needs PyTorch and a GPU; everything else runs anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from gpusim.engine.machine import Machine
+from gpusim.mapping.gemm import tile_misfit_reason
+from gpusim.mapping.kernel_names import tile_of_kernel_name
+from gpusim.measurements import KernelCase, columns
+from gpusim.workload.ops import DTYPE_BYTES
+
+LIBRARY_DTYPES = ("fp32", "tf32", "fp16", "bf16")
+"""``fp32`` runs with TF32 disabled (CUDA-core SGEMM); ``tf32`` is FP32 data with TF32 tensor cores allowed."""
+
+
+@dataclass(frozen=True)
+class LibraryProbe:
+    """One ``torch.mm`` of an M x K by a K x N matrix, both row-major (PyTorch's default layout)."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+
+    def case_id(self, gpu: str) -> str:
+        return f"{gpu}_torch_{self.dtype}_mm_{self.m}x{self.n}x{self.k}"
+
+    @property
+    def flop(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+
+def _squares(dtype: str, sizes) -> list[LibraryProbe]:
+    return [LibraryProbe(s, s, s, dtype) for s in sizes]
+
+
+LIBRARY_PROBES: tuple[LibraryProbe, ...] = tuple(
+    _squares("bf16", (256, 512, 1024, 2048, 4096, 8192))
+    + _squares("fp16", (1024, 4096))
+    + _squares("tf32", (512, 1024, 2048, 4096))
+    + _squares("fp32", (512, 1024, 2048, 4096))
+    # short k: is the epilogue of each wave hidden under the next wave's math?
+    + [LibraryProbe(4096, 4096, k, "bf16") for k in (256, 512)]
+    # N % 16 == 8 and its neighbours (the RTX 4090 rows whose profile named a CUTLASS 64x64 kernel)
+    + [LibraryProbe(2048, n, 2048, "bf16") for n in (2040, 2056, 2072)]
+    # batch-1 decode: GEMV-shaped products
+    + [LibraryProbe(1, n, 4096, "bf16") for n in (4096, 12288)]
+)
+"""The shapes the suite runs: where the library's choice is what gpusim does not know."""
+
+SPLIT_K_REDUCTION_MARKERS = ("splitkreduce", "split_k_reduce", "splitk_reduce")
+
+
+@dataclass(frozen=True)
+class LibraryResult:
+    probe: LibraryProbe
+    times_s: tuple[float, ...]
+    """CUDA-event time of each timed call."""
+    kernels: tuple[tuple[str, float], ...]
+    """(name, device seconds) of every kernel one profiled call launched, in launch order."""
+    num_warmups: int
+    num_rotations: int
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    @property
+    def gemm_kernel(self) -> str | None:
+        """The name of the call's longest kernel (the GEMM itself; casts and reductions are shorter)."""
+        return max(self.kernels, key=lambda kernel: kernel[1])[0] if self.kernels else None
+
+
+def library_rows(results: list[LibraryResult], gpu: str, provenance: dict[str, Any], machine: Machine
+                 ) -> list[dict[str, Any]]:
+    """Rows in the published kernels.csv format: the median call time, and the tile the GEMM kernel's
+    name states as ``kernel_tile`` (left empty when the name states none or the tile cannot run on
+    ``machine``, whose description the row is then simulated on)."""
+    source = (f"gpusim {provenance.get('gpusim_version', '')} measure --suite library (torch "
+              f"{provenance.get('torch_version', '?')}, CUDA {provenance.get('torch_cuda_version', '?')}) on "
+              f"{provenance.get('gpu_name', '?')}, {provenance.get('date', '')}")
+    rows = []
+    for result in results:
+        probe = result.probe
+        t = result.median_s
+        row: dict[str, Any] = {c: "" for c in columns(KernelCase)}
+        row.update(case_id=probe.case_id(gpu), gpu=gpu, op="matmul", dtype=probe.dtype, m=probe.m, n=probe.n,
+                   k=probe.k, batch=1, measured_time_s=t, measured_flop_per_s=probe.flop / t, metric="time_s",
+                   timing_method="kernel_only", library="torch", source=source, kind="M", confidence="A")
+        kernel = result.gemm_kernel
+        tile = tile_of_kernel_name(kernel, machine, probe.dtype) if kernel else None
+        if tile is not None and tile_misfit_reason(machine, probe.dtype, tile) is None:
+            row["kernel_tile"] = tile.label()
+        notes = [f"torch.mm, row-major operands; median of {len(result.times_s)} CUDA-event-timed calls after "
+                 f"{result.num_warmups} warm-ups (min {min(result.times_s):.6g} s, max {max(result.times_s):.6g} s); "
+                 f"{result.num_rotations} rotating input set(s)"]
+        if probe.dtype == "fp32":
+            notes.append("TF32 disabled")
+        if result.kernels:
+            listed = "; ".join(f"{name} ({seconds * 1e6:.3g} us)" for name, seconds in result.kernels)
+            notes.append(f"kernels: {listed}")
+        if any(marker in name.lower() for name, _ in result.kernels for marker in SPLIT_K_REDUCTION_MARKERS):
+            notes.append("a split-K reduction kernel ran; the tile's split factor is not in the name")
+        if kernel and tile is None:
+            notes.append("the GEMM kernel's name states no tile gpusim reads")
+        row["notes"] = "; ".join(notes)
+        rows.append(row)
+    return rows
+
+
+def rotations_for(probe: LibraryProbe, l2_bytes: float, max_sets: int = 8) -> int:
+    """Input sets to cycle through so that consecutive calls do not find their operands in L2: enough
+    to span twice the L2, at most ``max_sets``."""
+    per_set = (probe.m * probe.k + probe.k * probe.n + probe.m * probe.n) * DTYPE_BYTES[probe.dtype]
+    return max(1, min(max_sets, math.ceil(2.0 * l2_bytes / per_set)))
+
+
+def torch_unavailable_reason() -> str | None:
+    """Why the library suite cannot run here (None when it can)."""
+    try:
+        import torch
+    except ImportError:
+        return "PyTorch is not installed (the library suite times cuBLAS through it)"
+    if not torch.cuda.is_available():
+        return "PyTorch sees no CUDA GPU"
+    return None
+
+
+def torch_provenance() -> dict[str, Any]:
+    """GPU 0 as PyTorch sees it, and the versions that decide which kernels cuBLAS has."""
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    return {"gpu_name": props.name, "compute_capability": f"{props.major}.{props.minor}",
+            "num_sms": props.multi_processor_count, "torch_version": torch.__version__,
+            "torch_cuda_version": torch.version.cuda or "", "l2_bytes": getattr(props, "L2_cache_size", 0)}
+
+
+def _kernel_seconds(event) -> float:
+    """Device time of one profiler event in seconds (the attribute's name differs across PyTorch versions)."""
+    micros = getattr(event, "device_time_total", None)
+    if micros is None:
+        micros = getattr(event, "cuda_time_total", 0.0)
+    return float(micros) * 1e-6
+
+
+def run_library_probes(probes, num_warmups: int, num_repeats: int, l2_bytes: float,
+                       progress: Callable[[LibraryProbe, LibraryResult], None] | None = None) -> list[LibraryResult]:
+    """Run every probe on GPU 0 with PyTorch (see the module docstring)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    results = []
+    for probe in probes:
+        torch.backends.cuda.matmul.allow_tf32 = probe.dtype == "tf32"
+        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(probe.dtype, torch.float32)
+        sets = [(torch.randn(probe.m, probe.k, device="cuda", dtype=dtype),
+                 torch.randn(probe.k, probe.n, device="cuda", dtype=dtype),
+                 torch.empty(probe.m, probe.n, device="cuda", dtype=dtype))
+                for _ in range(rotations_for(probe, l2_bytes))]
+        for i in range(num_warmups):
+            a, b, c = sets[i % len(sets)]
+            torch.mm(a, b, out=c)
+        torch.cuda.synchronize()
+        times = []
+        for i in range(num_repeats):
+            a, b, c = sets[i % len(sets)]
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.mm(a, b, out=c)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3)
+        a, b, c = sets[0]
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            torch.mm(a, b, out=c)
+            torch.cuda.synchronize()
+        kernels = tuple((e.name, _kernel_seconds(e)) for e in prof.events()
+                        if str(getattr(e, "device_type", "")).endswith("CUDA"))
+        result = LibraryResult(probe, tuple(times), kernels, num_warmups, len(sets))
+        results.append(result)
+        if progress is not None:
+            progress(probe, result)
+        del sets
+        torch.cuda.empty_cache()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return results

@@ -1,0 +1,101 @@
+"""The GEMM tile a vendor library's kernel name states.
+
+A profile (``torch.profiler``, Nsight Systems) names the kernel a library ran, and the names of
+cuBLAS's and CUTLASS's GEMM kernels carry their tile. :func:`tile_of_kernel_name` reads it, so a
+measured row can pin the tile the library chose (the ``kernel_tile`` column) instead of the one gpusim
+would pick. The formats read (examples in ``tests/test_kernel_names.py``):
+
+* CUTLASS 2.x: ``cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_nn_align8``: threadblock
+  M x N, then k-step x stages.
+* cuBLAS's Volta/Turing/Ampere kernels: ``ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn``
+  (M x N, then ``stages_<k-step>x<stages>``), ``volta_h884gemm_256x128_ldg8_nn`` and the CUDA-core
+  ``ampere_sgemm_128x64_nn`` (M x N only).
+* cuBLAS's xmma kernels: Hopper's ``sm90_xmma_gemm_..._tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_on_...``
+  (M x N x k-step, consumer warpgroups of 4 warps, ``segment_k_on`` = a stream-K schedule, optional
+  ``cluster2x1x1``) and Ampere's ``sm80_xmma_gemm_..._tilesize128x128x32_stage3_warpsize2x2x1_...``
+  (stages and a grid of warps).
+* cuBLAS 12.8+ ``nvjet`` kernels: ``nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNT``: M x N, k-step x
+  stages, cluster M x N.
+
+What a name leaves out is filled in by gpusim's own rules, so the tile is one gpusim's search could
+have produced: warps as :func:`gpusim.mapping.gemm.tile_candidates` gives them (4 up to 128 x 128
+outputs, else 8; CUDA-core tiles one warp per 8 x 8 x 32 outputs), CUDA-core tiles with a k-step of 8
+and 2 stages, a k-step of 64 bytes' worth where none is stated, and for Hopper names, which state no
+stage count, as many stages as the CTA's shared memory holds (CUTLASS's ``StageCountAutoCarveout``).
+A split-K factor is never in the name (cuBLAS runs a separate ``splitKreduce`` kernel), so the tile
+has none. Names of other kernels give None.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpusim.engine.machine import Machine
+from gpusim.mapping.plan import Tile
+from gpusim.workload.ops import DTYPE_BYTES
+
+_CUTLASS2 = re.compile(r"cutlass_\d+_(tensorop|simt|wmma_tensorop)_\w*?_(\d+)x(\d+)_(\d+)x(\d+)_(?:nn|nt|tn|tt)(?:_|$)")
+_LEGACY = re.compile(r"(?:maxwell|pascal|volta|turing|ampere|sm\d+)_(\w*?)gemm\w*?_(\d+)x(\d+)(?:_|$)")
+_LEGACY_STAGES = re.compile(r"_stages_(\d+)x(\d+)")
+_SM90 = re.compile(r"tilesize(\d+)x(\d+)x(\d+)")
+_SM90_WARPGROUPS = re.compile(r"warpgroupsize(\d+)x(\d+)x\d+")
+_SM90_CLUSTER = re.compile(r"cluster(\d+)x(\d+)x\d+")
+_XMMA_STAGES = re.compile(r"_stage(\d+)_")
+_XMMA_WARPS = re.compile(r"_warpsize(\d+)x(\d+)x\d+")
+_NVJET = re.compile(r"nvjet_\w+?_(\d+)x(\d+)_(\d+)x(\d+)_(\d+)x(\d+)_")
+
+SIMT_BLOCK_K = 8
+SIMT_STAGES = 2
+
+
+def _default_warps(block_m: int, block_n: int) -> int:
+    return 4 if block_m * block_n <= 128 * 128 else 8
+
+
+def _simt_warps(block_m: int, block_n: int) -> int:
+    return max(2, min(16, block_m * block_n // (8 * 8 * 32)))
+
+
+def stages_that_fit(machine: Machine, dtype: str, block_m: int, block_n: int, block_k: int) -> int:
+    """As many pipeline stages of A and B tiles as one CTA's shared memory holds (at least 2)."""
+    per_stage = (block_m + block_n) * block_k * DTYPE_BYTES[dtype]
+    return max(2, int(machine.max_shared_bytes_per_cta // per_stage))
+
+
+def tile_of_kernel_name(name: str, machine: Machine, dtype: str) -> Tile | None:
+    """The tile a cuBLAS or CUTLASS GEMM kernel's name states (see the module docstring), or None
+    when the name is not one of the formats read."""
+    text = name.strip()
+    if (m := _CUTLASS2.search(text)) is not None:
+        bm, bn, bk, stages = (int(g) for g in m.groups()[1:])
+        simt = m.group(1) == "simt"
+        return Tile(bm, bn, bk, stages, _simt_warps(bm, bn) if simt else _default_warps(bm, bn))
+    if (m := _NVJET.search(text)) is not None:
+        bm, bn, bk, stages, cluster_m, cluster_n = (int(g) for g in m.groups())
+        return Tile(bm, bn, bk, stages, _default_warps(bm, bn), cluster=cluster_m, cluster_n=cluster_n)
+    if (m := _SM90.search(text)) is not None:
+        bm, bn, bk = (int(g) for g in m.groups())
+        groups, warp_grid = _SM90_WARPGROUPS.search(text), _XMMA_WARPS.search(text)
+        if groups is not None:  # Hopper: consumer warpgroups of 4 warps
+            warps = 4 * int(groups.group(1)) * int(groups.group(2))
+        elif warp_grid is not None:  # sm80 xmma kernels: a grid of warps
+            warps = int(warp_grid.group(1)) * int(warp_grid.group(2))
+        else:
+            warps = _default_warps(bm, bn)
+        stages = _XMMA_STAGES.search(text)
+        cluster = _SM90_CLUSTER.search(text)
+        cluster_m, cluster_n = (int(cluster.group(1)), int(cluster.group(2))) if cluster else (1, 1)
+        return Tile(bm, bn, bk, int(stages.group(1)) if stages else stages_that_fit(machine, dtype, bm, bn, bk),
+                    warps, cluster=cluster_m, cluster_n=cluster_n, stream_k="segment_k_on" in text)
+    if (m := _LEGACY.search(text)) is not None:
+        bm, bn = int(m.group(2)), int(m.group(3))
+        if m.group(1) in ("s", "d", "c", "z"):  # sgemm, dgemm, ...: CUDA-core kernels
+            return Tile(bm, bn, SIMT_BLOCK_K, SIMT_STAGES, _simt_warps(bm, bn))
+        stages = _LEGACY_STAGES.search(text)
+        if stages is not None:
+            bk, count = int(stages.group(1)), int(stages.group(2))
+        else:
+            bk = max(8, int(64 // DTYPE_BYTES[dtype]))
+            count = stages_that_fit(machine, dtype, bm, bn, bk)
+        return Tile(bm, bn, bk, count, _default_warps(bm, bn))
+    return None

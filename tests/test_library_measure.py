@@ -1,0 +1,87 @@
+"""``gpusim measure --suite library`` without a GPU: the exit code, and the rows a stand-in run writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpusim.accuracy import simulate_case
+from gpusim.config.library import load_hardware
+from gpusim.cuda_backend import library as L
+from gpusim.cuda_backend import plans as P
+from gpusim.measurements import load_kernel_cases
+
+HOPPER_GEMM = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_"
+               "execute_segment_k_off_kernel__5x_cublas")
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return P.load_machine("h100_sxm5_80gb")
+
+
+def test_library_suite_without_pytorch_exits_2_with_one_line(monkeypatch, capsys):
+    from gpusim.cli import main
+
+    monkeypatch.setattr(L, "torch_unavailable_reason", lambda: "PyTorch sees no CUDA GPU")
+    assert main(["measure", "--suite", "library"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == "gpusim: measure --suite library: PyTorch sees no CUDA GPU\n"
+
+
+def test_library_suite_runs_on_its_own(capsys):
+    from gpusim.cli import main
+
+    assert main(["measure", "--suite", "library", "--suite", "micro"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "run it on its own, not with micro" in err[0]
+
+
+def test_rotations_span_twice_the_l2():
+    l2 = 50 * 2**20
+    assert L.rotations_for(L.LibraryProbe(8192, 8192, 8192, "bf16"), l2) == 1  # 384 MiB a set
+    # 1024^3 BF16: 6 MiB a set, 100 MiB / 6 MiB -> 17 sets, capped at 8
+    assert L.rotations_for(L.LibraryProbe(1024, 1024, 1024, "bf16"), l2) == 8
+    assert L.rotations_for(L.LibraryProbe(4096, 4096, 4096, "fp32"), l2) == 1  # 192 MiB a set
+
+
+def test_probe_shapes_are_distinct_and_of_known_dtypes():
+    ids = [p.case_id("x") for p in L.LIBRARY_PROBES]
+    assert len(ids) == len(set(ids))
+    assert {p.dtype for p in L.LIBRARY_PROBES} == set(L.LIBRARY_DTYPES)
+
+
+def _fake_runner(probes, num_warmups, num_repeats, l2_bytes, progress):
+    kernels = {
+        "bf16": ((HOPPER_GEMM, 120e-6),),
+        "fp32": (("ampere_sgemm_128x64_nn", 80e-6), ("splitKreduce_kernel", 2e-6)),
+        "tf32": (("a_kernel_whose_name_states_no_tile", 50e-6),),
+    }
+    return [L.LibraryResult(p, (1.3e-4, 1.2e-4, 1.1e-4), kernels[p.dtype], num_warmups, 2) for p in probes]
+
+
+def test_library_rows_load_as_measurements_and_pin_the_named_tile(h100, tmp_path):
+    from gpusim.commands.measure import execute_library
+
+    probes = [L.LibraryProbe(4096, 4096, 4096, "bf16"), L.LibraryProbe(1024, 1024, 1024, "fp32"),
+              L.LibraryProbe(1024, 1024, 1024, "tf32")]
+    provenance = {"gpu_name": "NVIDIA H100 80GB HBM3", "gpusim_version": "x", "date": "2026-11-25",
+                  "torch_version": "2.5", "torch_cuda_version": "12.4", "l2_bytes": 50 * 2**20}
+    written = execute_library(probes, h100, "h100_sxm5_80gb", provenance, tmp_path, _fake_runner, 3, 3)
+    assert [p.name for p in written] == ["library.csv", "provenance.json"]
+    cases = {c.dtype: c for c in load_kernel_cases(tmp_path / "library.csv")}
+    bf16, fp32, tf32 = cases["bf16"], cases["fp32"], cases["tf32"]
+    assert bf16.case_id == "h100_sxm5_80gb_torch_bf16_mm_4096x4096x4096"
+    assert bf16.measured_time_s == pytest.approx(1.2e-4)  # the median call
+    assert bf16.measured_flop_per_s == pytest.approx(2 * 4096**3 / 1.2e-4, rel=1e-5)
+    assert bf16.kernel_tile == "128x256x64_s4_w8"  # 227 KiB / 48 KiB a stage -> 4 stages
+    assert HOPPER_GEMM in bf16.notes
+    # the longest kernel is the GEMM; the split-K reduction is reported, not parsed
+    assert fp32.kernel_tile == "128x64x8_s2_w4"
+    assert "split-K reduction kernel ran" in fp32.notes and "TF32 disabled" in fp32.notes
+    assert tf32.kernel_tile is None and "states no tile" in tf32.notes
+    # the rows simulate, the first with the tile its kernel's name states
+    device = load_hardware("h100_sxm5_80gb").gpu
+    for case in cases.values():
+        seconds, _ = simulate_case(case, h100, device)
+        assert seconds > 0
