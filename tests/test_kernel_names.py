@@ -61,6 +61,10 @@ def test_hopper_names_give_warpgroups_cluster_and_stream_k(machines):
     assert off == Tile(128, 256, 64, 4, 8, cluster=2)
     assert tile_of_kernel_name("nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNT", machines["b200"], "bf16") \
         == Tile(256, 128, 64, 4, 8, cluster=2)
+    # a 1x2 cluster pairs CTAs along N (gpusim's cluster_n)
+    tile = tile_of_kernel_name("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", h100, "bf16")
+    assert tile == Tile(256, 128, 64, 4, 8, cluster_n=2) and tile.label() == "256x128x64_s4_w8_cluster1x2"
+    assert Tile.parse(tile.label()) == tile
 
 
 @pytest.mark.parametrize("name", ["void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",

@@ -78,7 +78,7 @@ def test_library_rows_load_as_measurements_and_pin_the_named_tile(h100, tmp_path
     assert HOPPER_GEMM in bf16.notes
     # the longest kernel is the GEMM; the split-K reduction is reported, not parsed
     assert fp32.kernel_tile == "128x64x8_s2_w4"
-    assert "split-K reduction kernel ran" in fp32.notes and "TF32 disabled" in fp32.notes
+    assert "the GEMM split K" in fp32.notes and "TF32 disabled" in fp32.notes
     assert tf32.kernel_tile is None and "states no tile" in tf32.notes
     # the rows simulate, the first with the tile its kernel's name states
     device = load_hardware("h100_sxm5_80gb").gpu

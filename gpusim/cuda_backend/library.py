@@ -64,7 +64,9 @@ LIBRARY_PROBES: tuple[LibraryProbe, ...] = tuple(
 )
 """The shapes the suite runs: where the library's choice is what gpusim does not know."""
 
-SPLIT_K_REDUCTION_MARKERS = ("splitkreduce", "split_k_reduce", "splitk_reduce")
+SPLIT_K_MARKERS = ("splitkreduce", "split_k_reduce", "splitk_reduce", "_splitk_")
+"""Lower-case name fragments of a split-K GEMM or its reduction kernel (cuBLAS's ``splitKreduce_kernel``;
+``nvjet_..._splitK_...`` GEMMs)."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +117,8 @@ def library_rows(results: list[LibraryResult], gpu: str, provenance: dict[str, A
         if result.kernels:
             listed = "; ".join(f"{name} ({seconds * 1e6:.3g} us)" for name, seconds in result.kernels)
             notes.append(f"kernels: {listed}")
-        if any(marker in name.lower() for name, _ in result.kernels for marker in SPLIT_K_REDUCTION_MARKERS):
-            notes.append("a split-K reduction kernel ran; the tile's split factor is not in the name")
+        if any(marker in name.lower() for name, _ in result.kernels for marker in SPLIT_K_MARKERS):
+            notes.append("the GEMM split K; the split factor is not in the kernel names, so the tile has none")
         if kernel and tile is None:
             notes.append("the GEMM kernel's name states no tile gpusim reads")
         row["notes"] = "; ".join(notes)
