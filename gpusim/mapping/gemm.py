@@ -62,6 +62,23 @@ def wave_traffic(machine: Machine, m: int, n: int, k: int, batch: int, tile: Til
                          extra_c_bytes_per_element, machine.l2_private_partitions, machine.llc_capacity_bytes or 0.0)
 
 
+SPLIT_K_WORKSPACE_L2_FRACTION = 0.5
+"""Share of a shared L2 a split-K GEMM's FP32 partial workspace may take and still stay there between
+the CTA that writes a partial and the one that adds it up (the rest holds the operand panels)."""
+
+
+def split_k_workspace_bytes(m: int, n: int, batch: int, split_k: int) -> float:
+    """The FP32 partial sums a split-K GEMM writes: one M x N tile set per slice of k (0 without split-K)."""
+    return 4.0 * batch * m * n * split_k if split_k > 1 else 0.0
+
+
+def split_k_workspace_in_l2(workspace_bytes: float, l2_capacity_bytes: float, private_partitions: int) -> bool:
+    """Whether split-K partials stay in L2: the workspace takes at most ``SPLIT_K_WORKSPACE_L2_FRACTION``
+    of an L2 that every SM shares. Where each partition serves only its own SMs (MI300X's XCDs), the
+    CTA that adds up a tile's partials reads most of them from other partitions, so they go to memory."""
+    return 0.0 < workspace_bytes <= SPLIT_K_WORKSPACE_L2_FRACTION * l2_capacity_bytes and private_partitions <= 1
+
+
 @functools.lru_cache(maxsize=4096)
 def _wave_traffic(capacity: float, m: int, n: int, k: int, batch: int, bm: int, bn: int, sk: int, swizzle: int,
                   in_bytes: float, out_bytes: float, slots: int, a_unique_fraction: float,
@@ -84,12 +101,15 @@ def _wave_traffic(capacity: float, m: int, n: int, k: int, batch: int, bm: int, 
     once, not once per filter tap).
     """
     k_len = math.ceil(k / sk)
-    # Each CTA writes its share of C; with split-K it also writes FP32 partials that are read back.
-    c_bytes_per_element = (out_bytes + extra_c_bytes_per_element) / sk + (8.0 if sk > 1 else 0.0)
+    # Each CTA writes its share of C; with split-K it also writes FP32 partials that are read back:
+    # through DRAM, unless the workspace stays in a shared L2 (it then takes that much from the panels)
+    workspace = split_k_workspace_bytes(m, n, batch, sk)
+    in_l2 = split_k_workspace_in_l2(workspace, capacity, private_partitions)
+    c_bytes_per_element = (out_bytes + extra_c_bytes_per_element) / sk + (8.0 if sk > 1 and not in_l2 else 0.0)
     waves = _compiled_lru_wave_traffic()(m, n, batch, bm, bn, sk, swizzle, k_len * in_bytes * a_unique_fraction,
                                          k_len * in_bytes * b_unique_fraction, max(1, b_group), c_bytes_per_element,
-                                         int(slots), float(capacity), max(1, int(private_partitions)),
-                                         float(llc_capacity))
+                                         int(slots), float(capacity - workspace if in_l2 else capacity),
+                                         max(1, int(private_partitions)), float(llc_capacity))
     return tuple(float(w) for w in waves[0]), tuple(float(w) for w in waves[1])
 
 
@@ -191,6 +211,11 @@ def _lru_wave_traffic(m, n, batch, bm, bn, sk, swizzle, a_bytes_per_row, b_bytes
     return out
 
 
+SPLIT_K_MAX_WAVES = 2
+"""Split-K candidates are offered up to the split that makes this many waves of CTAs (one CTA per SM):
+more slices only add partial sums to reduce once every SM has work."""
+
+
 def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch: int) -> list[Tile]:
     """Realistic tile configurations for this device and dtype (as CUTLASS/cuBLAS enumerate).
 
@@ -201,7 +226,8 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
     N as well (CUTLASS's sm100 example defaults to cluster 2x2 with 2-SM MMA; cuBLAS sm100 kernels are
     named ``..._2x2_2cta``). Per-CTA MMA also gets tile widths between 128 and 256 in steps of 16.
     Where the library's kernels are persistent, every tile without split-K also comes as a stream-K
-    tail variant (:func:`stream_k_tail` says where one can run)."""
+    tail variant (:func:`stream_k_tail` says where one can run). A tile whose own output tiles cannot
+    fill the SMs also comes split along k, into up to ``SPLIT_K_MAX_WAVES`` waves of CTAs."""
     eb = DTYPE_BYTES[dtype]
     out: list[Tile] = []
     if machine.kind == "cpu":
@@ -224,17 +250,18 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
         # thread), e.g. ampere_sgemm_128x64, volta_sgemm_128x128.
         shapes = [(64, 64), (128, 64), (64, 128), (128, 128), (256, 128)]
         bk_options = [8, 16]
-    output_tiles = batch * math.ceil(m / 64) * math.ceil(n / 64)
-    splits = [1]
-    if output_tiles < machine.num_units and k >= 256:
-        # split-K (serial reduction of FP32 partials) when the output alone cannot fill the SMs
-        splits += [s for s in (2, 4, 8, 16, 32) if k // s >= 64]
+    split_options = [s for s in (2, 4, 8, 16, 32) if k // s >= 64] if k >= 256 else []
     # persistent kernels may also run their last, partial wave as a stream-K tail
     tails = (False, True) if persistent_gemm(machine, dtype) else (False,)
     for bm, bn in shapes:
         warps = 4 if bm * bn <= 128 * 128 else 8
         if not matrix:
             warps = max(2, min(16, bm * bn // (8 * 8 * 32)))
+        # split-K (serial reduction of FP32 partials) when this tile's output alone cannot fill the SMs,
+        # into at most SPLIT_K_MAX_WAVES waves of CTAs
+        tiles = batch * math.ceil(m / bm) * math.ceil(n / bn)
+        splits = [1] + ([s for s in split_options if tiles * s <= SPLIT_K_MAX_WAVES * machine.num_units]
+                        if tiles < machine.num_units else [])
         for bk in bk_options:
             for stages in (2, 3, 4, 5, 6) if matrix else (2,):
                 for sk in splits:
