@@ -68,7 +68,7 @@ def test_library_rows_load_as_measurements_and_pin_the_named_tile(h100, tmp_path
     provenance = {"gpu_name": "NVIDIA H100 80GB HBM3", "gpusim_version": "x", "date": "2026-11-25",
                   "torch_version": "2.5", "torch_cuda_version": "12.4", "l2_bytes": 50 * 2**20}
     written = execute_library(probes, h100, "h100_sxm5_80gb", provenance, tmp_path, _fake_runner, 3, 3)
-    assert [p.name for p in written] == ["library.csv", "provenance.json"]
+    assert [p.name for p in written] == ["library.csv", "library_provenance.json"]
     cases = {c.dtype: c for c in load_kernel_cases(tmp_path / "library.csv")}
     bf16, fp32, tf32 = cases["bf16"], cases["fp32"], cases["tf32"]
     assert bf16.case_id == "h100_sxm5_80gb_torch_bf16_mm_4096x4096x4096"

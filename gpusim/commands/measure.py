@@ -4,8 +4,9 @@ Writes, under ``--out DIR/<gpu stem or name>/``: ``<suite>.csv`` in the publishe
 (``gpusim accuracy --measurements`` reads it), ``<suite>_timings.csv`` (every case: median, min, max),
 ``<suite>_plans.csv`` (the exact plan of each own kernel and the engine's time for it) and
 ``provenance.json`` (GPU, clocks, driver, versions, date). The ``library`` suite times cuBLAS through
-PyTorch instead of gpusim's own kernels and writes ``library.csv`` only, each row naming the kernels
-the library ran and the tile their names state (:mod:`gpusim.cuda_backend.library`). On a machine
+PyTorch instead of gpusim's own kernels and writes ``library.csv`` (each row naming the kernels the
+library ran and the tile their names state; :mod:`gpusim.cuda_backend.library`) and
+``library_provenance.json`` (GPU, PyTorch and CUDA versions, date). On a machine
 without a CUDA GPU (or, for ``library``, without PyTorch) it says so in one line and exits 2.
 """
 
@@ -113,7 +114,7 @@ def execute(suites: list[str], machine, gpu: str, provenance: dict[str, Any], ou
 def execute_library(probes, machine, gpu: str, provenance: dict[str, Any], out_dir: Path, runner: Callable,
                     num_warmups: int, num_repeats: int, progress: Callable | None = None) -> list[Path]:
     """Run the library probes with ``runner`` (:func:`gpusim.cuda_backend.library.run_library_probes` or a
-    stand-in) and write ``library.csv`` and ``provenance.json``; return their paths."""
+    stand-in) and write ``library.csv`` and ``library_provenance.json``; return their paths."""
     from gpusim.cuda_backend.library import library_rows
     from gpusim.measurements import KernelCase, columns
 
@@ -121,7 +122,7 @@ def execute_library(probes, machine, gpu: str, provenance: dict[str, Any], out_d
                      progress)
     path = out_dir / "library.csv"
     _write_csv(path, columns(KernelCase), library_rows(results, gpu, provenance, machine))
-    provenance_path = out_dir / "provenance.json"
+    provenance_path = out_dir / "library_provenance.json"
     try:
         provenance_path.write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
