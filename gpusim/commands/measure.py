@@ -79,6 +79,14 @@ def _cell(value: Any) -> Any:
     return value
 
 
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise GpusimError(f"{path}: cannot write: {exc.strerror}") from None
+
+
 def execute(suites: list[str], machine, gpu: str, provenance: dict[str, Any], out_dir: Path,
             make_launcher: Callable, timer: Callable, num_warmups: int, num_repeats: int,
             ops: list[str] | None = None, progress: Callable | None = None) -> list[Path]:
@@ -102,11 +110,7 @@ def execute(suites: list[str], machine, gpu: str, provenance: dict[str, Any], ou
                 _write_csv(path, columns, rows)
                 written.append(path)
     path = out_dir / "provenance.json"
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise GpusimError(f"{path}: cannot write: {exc.strerror}") from None
+    _write_json(path, provenance)
     written.append(path)
     return written
 
@@ -123,10 +127,7 @@ def execute_library(probes, machine, gpu: str, provenance: dict[str, Any], out_d
     path = out_dir / "library.csv"
     _write_csv(path, columns(KernelCase), library_rows(results, gpu, provenance, machine))
     provenance_path = out_dir / "library_provenance.json"
-    try:
-        provenance_path.write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise GpusimError(f"{provenance_path}: cannot write: {exc.strerror}") from None
+    _write_json(provenance_path, provenance)
     return [path, provenance_path]
 
 

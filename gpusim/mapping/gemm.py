@@ -211,6 +211,14 @@ def _lru_wave_traffic(m, n, batch, bm, bn, sk, swizzle, a_bytes_per_row, b_bytes
     return out
 
 
+def default_num_warps(block_m: int, block_n: int, matrix: bool) -> int:
+    """Warps of a CTA computing a ``block_m x block_n`` output tile: tensor-core tiles 4 up to 128 x 128
+    outputs, else 8; CUDA-core (SIMT) tiles one warp per 8 x 8 x 32 outputs (8 x 8 per thread), 2 to 16."""
+    if matrix:
+        return 4 if block_m * block_n <= 128 * 128 else 8
+    return max(2, min(16, block_m * block_n // (8 * 8 * 32)))
+
+
 SPLIT_K_MAX_WAVES = 2
 """Split-K candidates are offered up to the split that makes this many waves of CTAs (one CTA per SM):
 more slices only add partial sums to reduce once every SM has work."""
@@ -254,9 +262,7 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
     # persistent kernels may also run their last, partial wave as a stream-K tail
     tails = (False, True) if persistent_gemm(machine, dtype) else (False,)
     for bm, bn in shapes:
-        warps = 4 if bm * bn <= 128 * 128 else 8
-        if not matrix:
-            warps = max(2, min(16, bm * bn // (8 * 8 * 32)))
+        warps = default_num_warps(bm, bn, matrix)
         # split-K (serial reduction of FP32 partials) when this tile's output alone cannot fill the SMs,
         # into at most SPLIT_K_MAX_WAVES waves of CTAs
         tiles = batch * math.ceil(m / bm) * math.ceil(n / bn)

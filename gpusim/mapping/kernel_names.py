@@ -18,9 +18,8 @@ would pick. The formats read (examples in ``tests/test_kernel_names.py``):
   stages, cluster M x N.
 
 What a name leaves out is filled in by gpusim's own rules, so the tile is one gpusim's search could
-have produced: warps as :func:`gpusim.mapping.gemm.tile_candidates` gives them (4 up to 128 x 128
-outputs, else 8; CUDA-core tiles one warp per 8 x 8 x 32 outputs), CUDA-core tiles with a k-step of 8
-and 2 stages, a k-step of 64 bytes' worth where none is stated, and for Hopper names, which state no
+have produced: warps as :func:`gpusim.mapping.gemm.default_num_warps` gives them, CUDA-core tiles
+with a k-step of 8 and 2 stages, a k-step of 64 bytes' worth where none is stated, and for Hopper names, which state no
 stage count, as many stages as the CTA's shared memory holds (CUTLASS's ``StageCountAutoCarveout``).
 A split-K factor is never in the name (cuBLAS runs a separate ``splitKreduce`` kernel), so the tile
 has none. Names of other kernels give None.
@@ -31,6 +30,7 @@ from __future__ import annotations
 import re
 
 from gpusim.engine.machine import Machine
+from gpusim.mapping.gemm import default_num_warps
 from gpusim.mapping.plan import Tile
 from gpusim.workload.ops import DTYPE_BYTES
 
@@ -48,14 +48,6 @@ SIMT_BLOCK_K = 8
 SIMT_STAGES = 2
 
 
-def _default_warps(block_m: int, block_n: int) -> int:
-    return 4 if block_m * block_n <= 128 * 128 else 8
-
-
-def _simt_warps(block_m: int, block_n: int) -> int:
-    return max(2, min(16, block_m * block_n // (8 * 8 * 32)))
-
-
 def stages_that_fit(machine: Machine, dtype: str, block_m: int, block_n: int, block_k: int) -> int:
     """As many pipeline stages of A and B tiles as one CTA's shared memory holds (at least 2)."""
     per_stage = (block_m + block_n) * block_k * DTYPE_BYTES[dtype]
@@ -69,10 +61,10 @@ def tile_of_kernel_name(name: str, machine: Machine, dtype: str) -> Tile | None:
     if (m := _CUTLASS2.search(text)) is not None:
         bm, bn, bk, stages = (int(g) for g in m.groups()[1:])
         simt = m.group(1) == "simt"
-        return Tile(bm, bn, bk, stages, _simt_warps(bm, bn) if simt else _default_warps(bm, bn))
+        return Tile(bm, bn, bk, stages, default_num_warps(bm, bn, matrix=not simt))
     if (m := _NVJET.search(text)) is not None:
         bm, bn, bk, stages, cluster_m, cluster_n = (int(g) for g in m.groups())
-        return Tile(bm, bn, bk, stages, _default_warps(bm, bn), cluster=cluster_m, cluster_n=cluster_n)
+        return Tile(bm, bn, bk, stages, default_num_warps(bm, bn, matrix=True), cluster=cluster_m, cluster_n=cluster_n)
     if (m := _SM90.search(text)) is not None:
         bm, bn, bk = (int(g) for g in m.groups())
         groups, warp_grid = _SM90_WARPGROUPS.search(text), _XMMA_WARPS.search(text)
@@ -81,7 +73,7 @@ def tile_of_kernel_name(name: str, machine: Machine, dtype: str) -> Tile | None:
         elif warp_grid is not None:  # sm80 xmma kernels: a grid of warps
             warps = int(warp_grid.group(1)) * int(warp_grid.group(2))
         else:
-            warps = _default_warps(bm, bn)
+            warps = default_num_warps(bm, bn, matrix=True)
         stages = _XMMA_STAGES.search(text)
         cluster = _SM90_CLUSTER.search(text)
         cluster_m, cluster_n = (int(cluster.group(1)), int(cluster.group(2))) if cluster else (1, 1)
@@ -90,12 +82,12 @@ def tile_of_kernel_name(name: str, machine: Machine, dtype: str) -> Tile | None:
     if (m := _LEGACY.search(text)) is not None:
         bm, bn = int(m.group(2)), int(m.group(3))
         if m.group(1) in ("s", "d", "c", "z"):  # sgemm, dgemm, ...: CUDA-core kernels
-            return Tile(bm, bn, SIMT_BLOCK_K, SIMT_STAGES, _simt_warps(bm, bn))
+            return Tile(bm, bn, SIMT_BLOCK_K, SIMT_STAGES, default_num_warps(bm, bn, matrix=False))
         stages = _LEGACY_STAGES.search(text)
         if stages is not None:
             bk, count = int(stages.group(1)), int(stages.group(2))
         else:
             bk = max(8, int(64 // DTYPE_BYTES[dtype]))
             count = stages_that_fit(machine, dtype, bm, bn, bk)
-        return Tile(bm, bn, bk, count, _default_warps(bm, bn))
+        return Tile(bm, bn, bk, count, default_num_warps(bm, bn, matrix=True))
     return None
