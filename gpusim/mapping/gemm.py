@@ -219,6 +219,16 @@ def default_num_warps(block_m: int, block_n: int, matrix: bool) -> int:
     return max(2, min(16, block_m * block_n // (8 * 8 * 32)))
 
 
+SIMT_NARROW_TILES = ((32, 32), (64, 32), (32, 128), (128, 32))
+"""CUDA-core tiles narrower than 64 x 64, which cuBLAS's heuristic runs only where 64 x 64 tiles
+cannot fill the SMs: its FP32 GEMMs of square sizes 128, 256 and 512 run ``ampere_sgemm_32x32_sliced1x4``
+or ``64x32_sliced1x4`` and 1024-4096 run ``ampere_sgemm_128x64`` (S. Boehm, "How to Optimize a CUDA
+Matmul Kernel for cuBLAS-like Performance", 2022, profiling cuBLAS on an 84-SM A6000)."""
+
+SIMT_GEMV_TILES = ((1, 32), (1, 64), (1, 128))
+"""One-row output tiles of a CUDA-core GEMV (cuBLAS ``gemv2T_kernel``, what a batch-1 FP32 linear layer
+launches): each CTA reduces a slice of the weight's columns over K without padding M."""
+
 SPLIT_K_MAX_WAVES = 2
 """Split-K candidates are offered up to the split that makes this many waves of CTAs (one CTA per SM):
 more slices only add partial sums to reduce once every SM has work."""
@@ -255,8 +265,15 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
             shapes += [(128, n) for n in range(144, 256, 16)]
     else:
         # CUDA-core (SIMT) GEMMs: the register-blocked tiles cuBLAS and CUTLASS ship (8x8 outputs per
-        # thread), e.g. ampere_sgemm_128x64, volta_sgemm_128x128.
+        # thread), e.g. ampere_sgemm_128x64, volta_sgemm_128x128. cuBLAS runs its narrow tiles
+        # (ampere_sgemm_32x32_sliced1x4, 64x32_sliced1x4, 32x128, 128x32) only on problems too small
+        # for 64x64 tiles to fill the SMs, and a one-row product (batch-1 inference) as a GEMV
+        # (gemv2T_kernel): no padding of M to a tile's rows, which on CUDA cores would be paid in FLOP.
         shapes = [(64, 64), (128, 64), (64, 128), (128, 128), (256, 128)]
+        if batch * math.ceil(m / 64) * math.ceil(n / 64) < machine.num_units:
+            shapes += SIMT_NARROW_TILES
+        if m == 1:
+            shapes += SIMT_GEMV_TILES
         bk_options = [8, 16]
     split_options = [s for s in (2, 4, 8, 16, 32) if k // s >= 64] if k >= 256 else []
     # persistent kernels may also run their last, partial wave as a stream-K tail
@@ -266,8 +283,10 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
         # split-K (serial reduction of FP32 partials) when this tile's output alone cannot fill the SMs,
         # into at most SPLIT_K_MAX_WAVES waves of CTAs
         tiles = batch * math.ceil(m / bm) * math.ceil(n / bn)
-        splits = [1] + ([s for s in split_options if tiles * s <= SPLIT_K_MAX_WAVES * machine.num_units]
-                        if tiles < machine.num_units else [])
+        # a CTA with fewer warps than the SM has schedulers fills only that share of its SM
+        sms_filled = tiles * min(1.0, warps / machine.num_schedulers_per_unit)
+        splits = [1] + ([s for s in split_options if sms_filled * s <= SPLIT_K_MAX_WAVES * machine.num_units]
+                        if sms_filled < machine.num_units else [])
         for bk in bk_options:
             for stages in (2, 3, 4, 5, 6) if matrix else (2,):
                 for sk in splits:
