@@ -16,7 +16,11 @@ def a100():
 
 
 def _shapes(machine, m, n, k, dtype="fp32"):
-    return {(t.block_m, t.block_n) for t in tile_candidates(machine, dtype, m, n, k, 1)}
+    return _shapes_batched(machine, m, n, k, 1, dtype)
+
+
+def _shapes_batched(machine, m, n, k, batch, dtype="fp32"):
+    return {(t.block_m, t.block_n) for t in tile_candidates(machine, dtype, m, n, k, batch)}
 
 
 def test_narrow_tiles_only_where_64x64_tiles_underfill(a100):
@@ -24,6 +28,8 @@ def test_narrow_tiles_only_where_64x64_tiles_underfill(a100):
     assert set(SIMT_NARROW_TILES) <= _shapes(a100, 512, 512, 512)
     # 1024^3: 256 tiles of 64 x 64 fill the SMs -> only the 64-wide and larger tiles
     assert not set(SIMT_NARROW_TILES) & _shapes(a100, 1024, 1024, 1024)
+    # a batch of 32 x 32 products: a 64 x 64 tile would pad each to four times its FLOP
+    assert set(SIMT_NARROW_TILES) <= _shapes_batched(a100, 32, 32, 32, 1024)
     # tensor-core tiles are untouched
     assert not set(SIMT_NARROW_TILES) & _shapes(a100, 512, 512, 512, "bf16")
 

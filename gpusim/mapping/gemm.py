@@ -221,7 +221,7 @@ def default_num_warps(block_m: int, block_n: int, matrix: bool) -> int:
 
 SIMT_NARROW_TILES = ((32, 32), (64, 32), (32, 128), (128, 32))
 """CUDA-core tiles narrower than 64 x 64, which cuBLAS's heuristic runs only where 64 x 64 tiles
-cannot fill the SMs: its FP32 GEMMs of square sizes 128, 256 and 512 run ``ampere_sgemm_32x32_sliced1x4``
+cannot fill the SMs (or would pad a matrix narrower than 64): its FP32 GEMMs of square sizes 128, 256 and 512 run ``ampere_sgemm_32x32_sliced1x4``
 or ``64x32_sliced1x4`` and 1024-4096 run ``ampere_sgemm_128x64`` (S. Boehm, "How to Optimize a CUDA
 Matmul Kernel for cuBLAS-like Performance", 2022, profiling cuBLAS on an 84-SM A6000)."""
 
@@ -266,11 +266,11 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
     else:
         # CUDA-core (SIMT) GEMMs: the register-blocked tiles cuBLAS and CUTLASS ship (8x8 outputs per
         # thread), e.g. ampere_sgemm_128x64, volta_sgemm_128x128. cuBLAS runs its narrow tiles
-        # (ampere_sgemm_32x32_sliced1x4, 64x32_sliced1x4, 32x128, 128x32) only on problems too small
-        # for 64x64 tiles to fill the SMs, and a one-row product (batch-1 inference) as a GEMV
+        # (ampere_sgemm_32x32_sliced1x4, 64x32_sliced1x4, 32x128, 128x32) on problems too small for
+        # 64x64 tiles to fill the SMs or narrower than 64, and a one-row product (batch-1) as a GEMV
         # (gemv2T_kernel): no padding of M to a tile's rows, which on CUDA cores would be paid in FLOP.
         shapes = [(64, 64), (128, 64), (64, 128), (128, 128), (256, 128)]
-        if batch * math.ceil(m / 64) * math.ceil(n / 64) < machine.num_units:
+        if min(m, n) < 64 or batch * math.ceil(m / 64) * math.ceil(n / 64) < machine.num_units:
             shapes += SIMT_NARROW_TILES
         if m == 1:
             shapes += SIMT_GEMV_TILES
