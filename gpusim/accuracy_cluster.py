@@ -273,8 +273,10 @@ def _inference_case(case) -> CaseResult | Skipped:
 
 
 def reference_of(source: str) -> str:
-    """The reference a ``source`` cell names: its repository or document, without commit and path."""
-    return source.split("@")[0].split(" (")[0]
+    """The reference a ``source`` cell names: its repository or document, without commit and path
+    (a repository's issue threads count as the repository: ``owner/repo issue #9`` -> ``owner/repo``)."""
+    repository = re.match(r"[\w.-]+/[\w.-]+(?=[@ ]|$)", source)
+    return repository.group(0) if repository else source.split("@")[0].split(" (")[0]
 
 
 def source_group(result: CaseResult) -> str:

@@ -176,10 +176,12 @@ def test_memory_bound_time_and_bandwidth_agree(kernels):
 
 def test_square_torch_mm_sweep_is_complete(kernels):
     sweep = [c for c in kernels if c.timing_method == "loop_with_launch_gaps"]
-    # H100 SXM, H100 PCIe, A100 PCIe, RTX 4090: 4 dtypes x 5 sizes; V100: FP32 and FP16 only.
-    assert len(sweep) == 4 * 4 * 5 + 2 * 5
+    # H100 SXM, H100 PCIe, A100 PCIe, RTX 4090, L4: 4 dtypes x 5 sizes; V100, P100, P4 (no TF32 or
+    # BF16 arithmetic): FP32 and FP16 only.
+    assert len(sweep) == 5 * 4 * 5 + 3 * 2 * 5
     assert all(c.m == c.n == c.k and c.m in {1024, 2048, 4096, 8192, 10240} for c in sweep)
-    assert not any(c.gpu == "v100_sxm2_32gb" and c.dtype in {"bf16", "tf32"} for c in sweep)
+    assert not any(c.gpu in {"v100_sxm2_32gb", "p100_pcie_16gb", "p4"} and c.dtype in {"bf16", "tf32"}
+                   for c in sweep)
 
 
 def test_flagged_rows_are_excluded(kernels):

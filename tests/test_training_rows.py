@@ -53,6 +53,10 @@ def test_training_cases_group_by_reference_and_single_gpu_rows_apart():
         "sitar-lab/NeuSight, 1 GPU"
     assert source_group(result("NVIDIA NeMo 24.12 performance summary (docs.nvidia.com/x)", "TP1 PP1")) == \
         "NVIDIA NeMo 24.12 performance summary"
+    # a repository's issue threads are that repository's reference
+    assert source_group(result("zzc0721/torch-performance-test-data issue #120 (test.py)", "x")) == \
+        source_group(result("zzc0721/torch-performance-test-data@9d82827 issue #79 (test.py)", "x")) == \
+        "zzc0721/torch-performance-test-data"
 
 
 def test_llm_foundry_bf16_rows_run_without_hopper_native_mma_and_fp8_rows_with_it():

@@ -229,7 +229,7 @@ class LastLevelCacheSpec(Spec):
     latency_s: Seconds
 
 
-DramType = Literal["HBM2", "HBM2e", "HBM3", "HBM3e", "GDDR6", "GDDR6X", "LPDDR5", "DDR4", "DDR5"]
+DramType = Literal["HBM2", "HBM2e", "HBM3", "HBM3e", "GDDR5", "GDDR6", "GDDR6X", "LPDDR5", "DDR4", "DDR5"]
 
 
 class DramSpec(Spec):

@@ -86,7 +86,8 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
         if plan.warp_mma or not (machine.native_mma or plan.dtype in NATIVE_ONLY_MATRIX_DTYPES):
             unit_rate *= machine.warp_mma_fraction
     elif plan.pipe == "vector":
-        unit_rate = machine.vector_rate_per_unit(plan.dtype) or 0.0
+        rate = machine.simt_gemm_rate_per_unit if plan.tile is not None else machine.vector_rate_per_unit
+        unit_rate = rate(plan.dtype) or 0.0
     else:
         unit_rate = math.inf
     cta_rate = unit_rate * issue_share / per_busiest_unit

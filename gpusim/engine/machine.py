@@ -153,6 +153,12 @@ class Machine:
             return None
         return rate * self.unit_clock_hz * self.calibration.vector_efficiency_fraction
 
+    def simt_gemm_rate_per_unit(self, dtype: str) -> float | None:
+        """FLOP/s per SM of a CUDA-core (SIMT) GEMM: 16-bit inputs are multiplied and accumulated in
+        FP32 (the compute type cuBLAS runs PyTorch's half and bfloat16 GEMMs with), so they run at the
+        FP32 rate even where packed FP16 math is twice as fast (P100) or 64 times slower (GP104)."""
+        return self.vector_rate_per_unit("fp32" if dtype in ("fp16", "bf16") else dtype)
+
     @property
     def dram_achievable_bytes_per_s(self) -> float:
         return self.dram_bandwidth_bytes_per_s * self.calibration.dram_bandwidth_fraction

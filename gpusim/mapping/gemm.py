@@ -221,9 +221,13 @@ def default_num_warps(block_m: int, block_n: int, matrix: bool) -> int:
 
 SIMT_NARROW_TILES = ((32, 32), (64, 32), (32, 128), (128, 32))
 """CUDA-core tiles narrower than 64 x 64, which cuBLAS's heuristic runs only where 64 x 64 tiles
-cannot fill the SMs (or would pad a matrix narrower than 64): its FP32 GEMMs of square sizes 128, 256 and 512 run ``ampere_sgemm_32x32_sliced1x4``
-or ``64x32_sliced1x4`` and 1024-4096 run ``ampere_sgemm_128x64`` (S. Boehm, "How to Optimize a CUDA
-Matmul Kernel for cuBLAS-like Performance", 2022, profiling cuBLAS on an 84-SM A6000)."""
+cannot fill the SMs (or would pad a matrix narrower than 64). Its FP32 GEMMs of square sizes 128, 256
+and 512 run ``ampere_sgemm_32x32_sliced1x4`` or ``64x32_sliced1x4`` and 1024-4096 run
+``ampere_sgemm_128x64`` (S. Boehm, "How to Optimize a CUDA Matmul Kernel for cuBLAS-like Performance",
+2022, profiling cuBLAS on an 84-SM A6000). NeuSight's profile of ``nn.Linear`` at 1024^3 on an L4
+(PyTorch 2.1, CUDA 12.1; sitar-lab/NeuSight's test set) names ``ampere_sgemm_128x64`` too, and its
+A100 PCIe time there (219 us) is two waves of 128 such tiles on 108 SMs, not 64 x 64 tiles. Hence
+the same rule one size up: 64 x 64 only where 128 x 64 tiles underfill."""
 
 SIMT_GEMV_TILES = ((1, 32), (1, 64), (1, 128))
 """One-row output tiles of a CUDA-core GEMV (cuBLAS ``gemv2T_kernel``, what a batch-1 FP32 linear layer
@@ -265,11 +269,14 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
             shapes += [(128, n) for n in range(144, 256, 16)]
     else:
         # CUDA-core (SIMT) GEMMs: the register-blocked tiles cuBLAS and CUTLASS ship (8x8 outputs per
-        # thread), e.g. ampere_sgemm_128x64, volta_sgemm_128x128. cuBLAS runs its narrow tiles
-        # (ampere_sgemm_32x32_sliced1x4, 64x32_sliced1x4, 32x128, 128x32) on problems too small for
-        # 64x64 tiles to fill the SMs or narrower than 64, and a one-row product (batch-1) as a GEMV
-        # (gemv2T_kernel): no padding of M to a tile's rows, which on CUDA cores would be paid in FLOP.
-        shapes = [(64, 64), (128, 64), (64, 128), (128, 128), (256, 128)]
+        # thread), e.g. ampere_sgemm_128x64, volta_sgemm_128x128. cuBLAS runs a smaller tile only where
+        # the next larger one cannot fill the SMs (or would pad a narrow matrix): 64x64 where 128x64
+        # tiles underfill, its narrow tiles (SIMT_NARROW_TILES) where 64x64 ones do, and a one-row
+        # product (batch-1) as a GEMV (gemv2T_kernel): no padding of M to a tile's rows, which on CUDA
+        # cores would be paid in FLOP.
+        shapes = [(128, 64), (64, 128), (128, 128), (256, 128)]
+        if min(m, n) < 128 or batch * math.ceil(m / 128) * math.ceil(n / 64) < machine.num_units:
+            shapes.append((64, 64))
         if min(m, n) < 64 or batch * math.ceil(m / 64) * math.ceil(n / 64) < machine.num_units:
             shapes += SIMT_NARROW_TILES
         if m == 1:
@@ -356,7 +363,7 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
     or the operands' DRAM bytes at full bandwidth. It orders the candidates
     and stops the search once no remaining tile can win."""
     resources = _resources(machine, dtype, tile)
-    rate = machine.matrix_rate_per_unit(dtype) if uses_matrix_pipe(machine, dtype) else machine.vector_rate_per_unit(dtype)
+    rate = machine.matrix_rate_per_unit(dtype) if uses_matrix_pipe(machine, dtype) else machine.simt_gemm_rate_per_unit(dtype)
     if resources is None or not rate:
         return math.inf
     threads, _, _, _, per_unit, _ = resources
@@ -431,7 +438,7 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
     eb = DTYPE_BYTES[dtype]
     ob = output_bytes_per_element(dtype)
     matrix = uses_matrix_pipe(machine, dtype)
-    if not matrix and machine.vector_rate_per_unit(dtype) is None:
+    if not matrix and machine.simt_gemm_rate_per_unit(dtype) is None:
         return None
     bm, bn, bk, sk = tile.block_m, tile.block_n, tile.block_k, tile.split_k
     k_iters = max(1, math.ceil(math.ceil(k / sk) / bk))
