@@ -450,3 +450,21 @@ def test_heldout_xla_gemm_table_is_disjoint_from_the_scored_shapes():
     assert all(c.op == "matmul" and c.dtype == "bf16" and c.metric == "flop_per_s" for c in cases)
     assert all({c.m, c.n, c.k} <= {256, 512, 1024, 2048, 4096} and c.batch in (1, 2, 4) for c in cases)
     assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases()}
+
+
+def test_heldout_neusight_linear_sample_is_disjoint_from_the_scored_shapes():
+    # a sample of NeuSight's FP32 nn.Linear test set (16 of its pages) on eight GPUs, kept out of the
+    # score: no row may repeat a (GPU, dtype, shape) the published dataset scores, and every row's
+    # FLOP/s column is 2 m n k / time
+    heldout = Path(__file__).resolve().parent.parent / "measurements" / "heldout" / "neusight_linear_fp32_sample.csv"
+    cases = load_kernel_cases(heldout)
+
+    def key(c):
+        return c.gpu, c.dtype, c.m, c.n, c.k, c.batch or 1
+
+    assert len(cases) == 1367 and len({c.case_id for c in cases}) == 1367
+    assert {c.gpu for c in cases} == {"a100_pcie_40gb", "a100_pcie_80gb", "h100_sxm5_80gb", "l4", "p100_pcie_16gb",
+                                      "p4", "t4", "v100_pcie_32gb"}
+    assert all(c.op == "matmul" and c.dtype == "fp32" and c.metric == "time_s" for c in cases)
+    assert all(abs(2.0 * c.m * c.n * c.k / c.measured_time_s / c.measured_flop_per_s - 1) < 1e-3 for c in cases)
+    assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases()}
