@@ -109,3 +109,23 @@ def test_cross_validate_flag(capsys):
     assert main(["accuracy", "--suite", "kernels", "--cross-validate", "--gpu", "v100_sxm2_32gb"]) == 0
     assert "leave one source out (10 cases" in capsys.readouterr().out
     assert main(["accuracy", "--suite", "kernels", "--cross-validate", "--uncalibrated"]) != 0
+
+
+def test_t4_hand_set_calibration_reproduces_the_measured_maxima():
+    # t4.yaml's block is set by hand from the maxima over square torch.mm sizes 1024-10240 (the only
+    # T4 GEMM data found: FP32 4.43, FP16 42.71 TFLOP/s); the best simulated rate over those sizes must
+    # still match them, or the block is stale
+    from gpusim.mapping import best_gemm
+    from gpusim.engine.kernel import simulate_kernel
+
+    t4 = machine_of(load_hardware("t4"))
+
+    def best_flop_per_s(dtype):
+        rates = []
+        for n in (1024, 2048, 4096, 8192, 10240):
+            plan = best_gemm(t4, "mm", "matmul", n, n, n, 1, dtype, 2.0 * n**3)
+            rates.append(2.0 * n**3 / (simulate_kernel(plan, t4).time_s + t4.graph_kernel_launch_s))
+        return max(rates)
+
+    assert best_flop_per_s("fp32") == pytest.approx(4.43e12, rel=0.01)
+    assert best_flop_per_s("fp16") == pytest.approx(42.71e12, rel=0.01)
