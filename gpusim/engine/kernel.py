@@ -80,7 +80,7 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
     per_busiest_unit = max(1, math.ceil(count / machine.num_units))
     per_busiest_unit = min(per_busiest_unit, plan.ctas_per_unit)
     warps = math.ceil(plan.threads_per_cta / machine.warp_size)
-    issue_share = min(1.0, per_busiest_unit * warps / machine.num_schedulers_per_unit)
+    issue_share = machine.issue_share(per_busiest_unit * warps)
     if plan.pipe == "matrix":
         unit_rate = machine.matrix_rate_per_unit(plan.dtype) or 0.0
         if plan.warp_mma or not (machine.native_mma or plan.dtype in NATIVE_ONLY_MATRIX_DTYPES):

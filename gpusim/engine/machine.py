@@ -153,6 +153,11 @@ class Machine:
             return None
         return rate * self.unit_clock_hz * self.calibration.vector_efficiency_fraction
 
+    def issue_share(self, warps_on_unit: float) -> float:
+        """Share of an SM's issue rate that ``warps_on_unit`` resident warps use: one warp per scheduler
+        keeps every pipe issuing, fewer leave schedulers idle."""
+        return min(1.0, warps_on_unit / self.num_schedulers_per_unit)
+
     def simt_gemm_rate_per_unit(self, dtype: str) -> float | None:
         """FLOP/s per SM of a CUDA-core (SIMT) GEMM: 16-bit inputs are multiplied and accumulated in
         FP32 (the compute type cuBLAS runs PyTorch's half and bfloat16 GEMMs with), so they run at the

@@ -274,10 +274,13 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
         # tiles underfill, its narrow tiles (SIMT_NARROW_TILES) where 64x64 ones do, and a one-row
         # product (batch-1) as a GEMV (gemv2T_kernel): no padding of M to a tile's rows, which on CUDA
         # cores would be paid in FLOP.
+        def underfills(bm: int, bn: int) -> bool:
+            return min(m, n) < max(bm, bn) or batch * math.ceil(m / bm) * math.ceil(n / bn) < machine.num_units
+
         shapes = [(128, 64), (64, 128), (128, 128), (256, 128)]
-        if min(m, n) < 128 or batch * math.ceil(m / 128) * math.ceil(n / 64) < machine.num_units:
+        if underfills(128, 64):
             shapes.append((64, 64))
-        if min(m, n) < 64 or batch * math.ceil(m / 64) * math.ceil(n / 64) < machine.num_units:
+        if underfills(64, 64):
             shapes += SIMT_NARROW_TILES
         if m == 1:
             shapes += SIMT_GEMV_TILES
@@ -291,7 +294,7 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
         # into at most SPLIT_K_MAX_WAVES waves of CTAs
         tiles = batch * math.ceil(m / bm) * math.ceil(n / bn)
         # a CTA with fewer warps than the SM has schedulers fills only that share of its SM
-        sms_filled = tiles * min(1.0, warps / machine.num_schedulers_per_unit)
+        sms_filled = tiles * machine.issue_share(warps)
         splits = [1] + ([s for s in split_options if sms_filled * s <= SPLIT_K_MAX_WAVES * machine.num_units]
                         if sms_filled < machine.num_units else [])
         for bk in bk_options:
@@ -378,7 +381,7 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
 
     def main_and_epilogue_s(count: int) -> tuple[float, float]:
         on_busiest = min(per_unit, math.ceil(count / machine.num_units))
-        share = min(1.0, on_busiest * warps / machine.num_schedulers_per_unit)
+        share = machine.issue_share(on_busiest * warps)
         # the busiest SM writes its C tiles at its own bandwidth (a drain adds one L2 latency)
         epilogue = on_busiest * c_tile_bytes / machine.l1_bytes_per_s_per_unit
         return max(cta_flop / (rate * share), shared_s) * on_busiest, epilogue
