@@ -323,7 +323,7 @@ def _chase_latency_s(working_set: float, machine: Machine, device, bypass_l1: bo
             return l2.far_latency_s
     elif working_set <= machine.l2_capacity_bytes:
         return machine.l2_latency_s
-    return machine.dram_latency_s
+    return machine.random_access_dram_latency_s(working_set)
 
 
 def _to_metric(case, seconds: float) -> float:

@@ -237,8 +237,24 @@ class DramSpec(Spec):
     capacity_bytes: Bytes
     bandwidth_bytes_per_s: BytesPerS
     latency_s: Seconds
+    """Load-to-use latency of a DRAM access: a dependent-load chase over a footprint past the caches
+    (with its address translation in the TLBs where ``tlb_reach_bytes`` is given)."""
     bus_width_bits: Optional[count(le=1 << 16)] = None
     num_channels: Optional[count(le=1024)] = None
+    tlb_reach_bytes: Optional[Bytes] = None
+    """Footprint the TLBs map without a page walk. A random access over a larger footprint misses
+    them with probability 1 - reach / footprint and waits ``page_walk_latency_s`` more; streaming
+    access touches each page many times in a row and pays ``latency_s``. Absent: ``latency_s`` is
+    read at a large footprint and includes whatever page walks it causes."""
+    page_walk_latency_s: Optional[Seconds] = None
+    """Extra latency of a DRAM access whose translation misses the TLBs (needs ``tlb_reach_bytes``)."""
+
+    @model_validator(mode="after")
+    def _tlb_fields_together(self) -> "DramSpec":
+        if (self.tlb_reach_bytes is None) != (self.page_walk_latency_s is None):
+            raise field_error("page_walk_latency_s" if self.page_walk_latency_s is None else "tlb_reach_bytes",
+                              "tlb_reach_bytes and page_walk_latency_s are given together or not at all")
+        return self
 
 
 class HostLinkSpec(Spec):

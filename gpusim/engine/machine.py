@@ -97,6 +97,9 @@ class Machine:
     l2_set_associativity: int = DEFAULT_L2_SET_ASSOCIATIVITY
     llc_latency_s: float | None = None
     """Latency of the memory-side cache (None: the device has none)."""
+    tlb_reach_bytes: float | None = None
+    """Footprint the TLBs map (None: ``dram_latency_s`` already includes large-footprint page walks)."""
+    page_walk_latency_s: float = 0.0
     l2_private_partitions: int = 1
     """L2 partitions that each cache only for their own SMs, CTAs dispatched round-robin across
     them (MI300X: 8, one per XCD); 1 = one L2 that every SM shares."""
@@ -174,6 +177,13 @@ class Machine:
         ``Calibration.dram_mixed_traffic_loss_fraction``)."""
         mix = 2.0 * np.minimum(write_fraction, 1.0 - write_fraction)
         return 1.0 / (1.0 - self.calibration.dram_mixed_traffic_loss_fraction * mix)
+
+    def random_access_dram_latency_s(self, footprint_bytes: float) -> float:
+        """DRAM latency of one random access within ``footprint_bytes`` (a dependent-load chase): the
+        TLB-hit latency plus the page walk of the share 1 - reach / footprint that misses the TLBs."""
+        if self.tlb_reach_bytes is None or footprint_bytes <= self.tlb_reach_bytes:
+            return self.dram_latency_s
+        return self.dram_latency_s + self.page_walk_latency_s * (1.0 - self.tlb_reach_bytes / footprint_bytes)
 
     def loaded_dram_latency_s(self, utilization):
         """DRAM latency at ``utilization`` (0..1 of the achievable bandwidth; scalar or array):
@@ -277,6 +287,8 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         dram_capacity_bytes=gpu.dram.capacity_bytes,
         dram_bandwidth_bytes_per_s=gpu.dram.bandwidth_bytes_per_s,
         dram_latency_s=gpu.dram.latency_s,
+        tlb_reach_bytes=gpu.dram.tlb_reach_bytes,
+        page_walk_latency_s=gpu.dram.page_walk_latency_s or 0.0,
         llc_capacity_bytes=gpu.llc.capacity_bytes if gpu.llc else None,
         llc_bandwidth_bytes_per_s=gpu.llc.bandwidth_bytes_per_s if gpu.llc else None,
         llc_latency_s=gpu.llc.latency_s if gpu.llc else None,
