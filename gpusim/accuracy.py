@@ -212,7 +212,7 @@ def _memory_plan(case, machine: Machine):
         n = case.num_elements
         inputs = _elementwise_inputs(case.variant)
         ctas, threads, in_flight = elementwise_launch(machine, n, dtype, inputs)
-        sfu = float(n) if case.variant in ("silu_mul", "gelu", "silu") else 0.0
+        sfu = TRANSCENDENTAL_OPS_PER_ELEMENT.get(case.variant, 0) * float(n)
         return streaming_plan(machine, case.variant or "elementwise", "elementwise", dtype, bytes_read=inputs * n * eb,
                               bytes_written=n * eb, flop=float(n), sfu_ops=sfu, num_ctas=ctas,
                               threads_per_cta=threads, bytes_in_flight_per_thread=in_flight)
@@ -346,9 +346,17 @@ def _to_metric(case, seconds: float) -> float:
     raise ValueError(f"unknown metric {metric!r}")
 
 
+BINARY_ELEMENTWISE_VARIANTS = ("add", "mul", "div", "pow", "silu_mul", "silu_mul_scalar_rowwise")
+"""Elementwise variants that read two tensors (the others, e.g. ``add_scalar``, ``relu``, one)."""
+
+TRANSCENDENTAL_OPS_PER_ELEMENT = {"silu_mul": 1, "silu": 1, "gelu": 1, "tanh": 1, "pow_scalar": 1, "pow": 2}
+"""Special-function-unit operations per element: one exponential or tanh; a tensor power
+x ** y = exp2(y log2 x) takes two."""
+
+
 def _elementwise_inputs(variant: str | None) -> int:
     """Input tensors of the published elementwise kernels (one output each)."""
-    return 2 if variant in ("add", "mul", "silu_mul", "silu_mul_scalar_rowwise") else 1
+    return 2 if variant in BINARY_ELEMENTWISE_VARIANTS else 1
 
 
 def _moved_bytes(case) -> float:

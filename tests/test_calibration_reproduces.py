@@ -129,3 +129,13 @@ def test_t4_hand_set_calibration_reproduces_the_measured_maxima():
 
     assert best_flop_per_s("fp32") == pytest.approx(4.43e12, rel=0.01)
     assert best_flop_per_s("fp16") == pytest.approx(42.71e12, rel=0.01)
+
+
+def test_t4_dram_fraction_is_the_fit_of_its_scored_elementwise_rows(cases):
+    # the one fitted factor of t4.yaml's otherwise hand-set block: calibrate --check does not refit
+    # hand-set blocks, so this test does
+    from gpusim.calibration import fit_calibration
+
+    fitted = {f.name: f for f in fit_calibration("t4", cases)}
+    assert fitted["dram_bandwidth_fraction"].num_cases == 3
+    assert load_hardware("t4").gpu.calibration.dram_bandwidth_fraction == fitted["dram_bandwidth_fraction"].value

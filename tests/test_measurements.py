@@ -169,11 +169,12 @@ def test_memory_bound_time_and_bandwidth_agree(kernels):
     for case in kernels:
         if case.op in {"elementwise", "layernorm", "softmax", "rmsnorm"} and case.measured_time_s and case.measured_bytes_per_s:
             elements = case.num_elements if case.op == "elementwise" else case.rows * case.cols
-            tensors = 3 if case.op == "elementwise" else 2
+            binary = case.variant in ("add", "mul", "div", "pow")  # two inputs; unary ops (x * scalar, gelu) one
+            tensors = (3 if binary else 2) if case.op == "elementwise" else 2
             moved = tensors * elements * BYTES_PER_ELEMENT[case.dtype]
             assert moved / case.measured_time_s == pytest.approx(case.measured_bytes_per_s, rel=0.03), case.case_id
             checked += 1
-    assert checked == 18  # NeuSight 9 + Liger 9
+    assert checked == 30  # NeuSight 9 + 12 (P100, P4, T4, L4 elementwise) + Liger 9
 
 
 def test_square_torch_mm_sweep_is_complete(kernels):
@@ -493,3 +494,29 @@ def test_heldout_neusight_linear_sample_is_disjoint_from_the_scored_shapes():
     assert all(c.op == "matmul" and c.dtype == "fp32" and c.metric == "time_s" for c in cases)
     assert all(abs(2.0 * c.m * c.n * c.k / c.measured_time_s / c.measured_flop_per_s - 1) < 1e-3 for c in cases)
     assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases()}
+
+
+def test_heldout_neusight_memory_bound_sample_is_disjoint_from_the_scored_shapes():
+    # NeuSight's FP32 softmax and LayerNorm test sets (whole) and a sample of its elementwise one (16
+    # of 133 pages) on seven GPUs, kept out of the score: no row repeats a (GPU, op, variant, size) the
+    # published dataset scores (it scores the three largest elementwise rows of the P100, P4, T4 and
+    # L4 to fit their DRAM fractions), and every row's bytes/s is its tensors' bytes / time
+    heldout = Path(__file__).resolve().parent.parent / "measurements" / "heldout" / "neusight_memory_bound_sample.csv"
+    cases = load_kernel_cases(heldout)
+
+    def key(c):
+        return c.gpu, c.op, c.variant, c.dtype, c.num_elements, c.rows, c.cols
+
+    assert len(cases) == 1574 and len({c.case_id for c in cases}) == 1574
+    assert {c.gpu for c in cases} == {"a100_pcie_40gb", "a100_pcie_80gb", "l4", "p100_pcie_16gb", "p4", "t4",
+                                      "v100_pcie_32gb"}
+    assert {c.op for c in cases} == {"elementwise", "softmax", "layernorm"}
+    assert all(c.dtype == "fp32" and c.metric == "time_s" and c.timing_method == "kernel_only" for c in cases)
+    for c in cases:
+        tensors = (3 if c.variant in ("add", "mul", "div", "pow") else 2) if c.op == "elementwise" else 2
+        elements = c.num_elements if c.op == "elementwise" else c.rows * c.cols
+        assert tensors * 4 * elements / c.measured_time_s == pytest.approx(c.measured_bytes_per_s, rel=2e-3), c.case_id
+    scored = load_kernel_cases()
+    assert not {key(c) for c in cases} & {key(c) for c in scored}
+    calibration_rows = [c for c in scored if "_neusight_" in c.case_id and c.gpu in {"p100_pcie_16gb", "p4", "t4", "l4"}]
+    assert len(calibration_rows) == 12
