@@ -520,3 +520,19 @@ def test_heldout_neusight_memory_bound_sample_is_disjoint_from_the_scored_shapes
     assert not {key(c) for c in cases} & {key(c) for c in scored}
     calibration_rows = [c for c in scored if "_neusight_" in c.case_id and c.gpu in {"p100_pcie_16gb", "p4", "t4", "l4"}]
     assert len(calibration_rows) == 12
+
+
+def test_heldout_xla_tf32_table_is_disjoint_from_the_scored_shapes():
+    # the same XLA table's sm_90 f32 x f32 -> f32 column (TF32 under XLA's DEFAULT precision), every
+    # cell of b = 1, 2, 4 x m, n, k in 256..4096 except the unbatched 256^3 one and the squares the
+    # published dataset scores
+    heldout = Path(__file__).resolve().parent.parent / "measurements" / "heldout" / "xla_gemm_tf32_h100_shapes.csv"
+    cases = load_kernel_cases(heldout)
+
+    def key(c):
+        return c.gpu, c.dtype, c.variant, c.m, c.n, c.k, c.batch or 1
+
+    assert len(cases) == 370 and len({c.case_id for c in cases}) == 370
+    assert all(c.gpu == "h100_sxm5_80gb" and c.dtype == "tf32" and c.metric == "flop_per_s" for c in cases)
+    assert len({(c.m, c.n, c.k, c.batch) for c in cases}) == 3 * 5 * 5 * 5 - 5
+    assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases()}
