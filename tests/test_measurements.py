@@ -536,3 +536,24 @@ def test_heldout_xla_tf32_table_is_disjoint_from_the_scored_shapes():
     assert all(c.gpu == "h100_sxm5_80gb" and c.dtype == "tf32" and c.metric == "flop_per_s" for c in cases)
     assert len({(c.m, c.n, c.k, c.batch) for c in cases}) == 3 * 5 * 5 * 5 - 5
     assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases()}
+
+
+def test_heldout_neusight_bmm_sample_pins_the_profiled_kernel_and_is_disjoint():
+    # a 16-page sample of NeuSight's FP32 torch.bmm test set on six GPUs: [B, M, N] x [B, N, K] is
+    # the GEMM m = M, k = N, n = K; each row pins the tile its profiled cuBLAS kernel names
+    heldout = Path(__file__).resolve().parent.parent / "measurements" / "heldout" / "neusight_bmm_fp32_sample.csv"
+    cases = load_kernel_cases(heldout)
+
+    def key(c):
+        return c.gpu, c.dtype, c.m, c.n, c.k, c.batch or 1
+
+    assert len(cases) == 1262 and len({c.case_id for c in cases}) == 1262
+    assert {c.gpu for c in cases} == {"a100_pcie_40gb", "a100_pcie_80gb", "h100_sxm5_80gb", "l4", "p100_pcie_16gb", "t4"}
+    assert all(c.op == "matmul" and c.variant == "bmm" and c.dtype == "fp32" and c.kernel_tile for c in cases)
+    assert all(abs(2.0 * c.m * c.n * c.k * c.batch / c.measured_time_s / c.measured_flop_per_s - 1) < 1e-3
+               for c in cases)
+    # the tile is the one the kernel's name gives (in either orientation)
+    for c in cases:
+        bm, bn = (int(x) for x in c.kernel_tile.split("x")[:2])
+        assert f"{bm}x{bn}" in c.notes or f"{bn}x{bm}" in c.notes, c.case_id
+    assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases()}
