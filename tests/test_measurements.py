@@ -462,38 +462,49 @@ def test_copy_loads_identically_and_builtin_errors_name_the_repository_path(tmp_
     assert _one_line(info.value).startswith("measurements/published/kernels.csv: row 2.metric: ")
 
 
+HELDOUT = Path(__file__).resolve().parent.parent / "measurements" / "heldout"
+
+
+def heldout_cases(name: str, count: int) -> tuple[KernelCase, ...]:
+    """The rows of a held-out file, which must number ``count`` with distinct ids."""
+    cases = load_kernel_cases(HELDOUT / name)
+    assert len(cases) == count and len({c.case_id for c in cases}) == count
+    return cases
+
+
+def assert_disjoint_from_scored(cases, key) -> None:
+    """No held-out row repeats a case (as ``key`` identifies it) the published dataset scores."""
+    assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases()}
+
+
 def test_heldout_xla_gemm_table_is_disjoint_from_the_scored_shapes():
     # XLA's per-shape BF16 table (b = 1, 2, 4; m, n, k in 256..4096) on H100, B200 and MI300X, kept out
     # of the score: no row may repeat a (GPU, dtype, variant, shape) the published dataset scores
-    heldout = Path(__file__).resolve().parent.parent / "measurements" / "heldout" / "xla_gemm_bf16_shapes.csv"
-    cases = load_kernel_cases(heldout)
+    cases = heldout_cases("xla_gemm_bf16_shapes.csv", 1109)
 
     def key(c):
         return c.gpu, c.dtype, c.variant, c.m, c.n, c.k, c.batch or 1
 
-    assert len(cases) == 1109 and len({c.case_id for c in cases}) == 1109
     assert {c.gpu for c in cases} == {"h100_sxm5_80gb", "b200", "mi300x"}
     assert all(c.op == "matmul" and c.dtype == "bf16" and c.metric == "flop_per_s" for c in cases)
     assert all({c.m, c.n, c.k} <= {256, 512, 1024, 2048, 4096} and c.batch in (1, 2, 4) for c in cases)
-    assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases()}
+    assert_disjoint_from_scored(cases, key)
 
 
 def test_heldout_neusight_linear_sample_is_disjoint_from_the_scored_shapes():
     # a sample of NeuSight's FP32 nn.Linear test set (16 of its pages) on eight GPUs, kept out of the
     # score: no row may repeat a (GPU, dtype, shape) the published dataset scores, and every row's
     # FLOP/s column is 2 m n k / time
-    heldout = Path(__file__).resolve().parent.parent / "measurements" / "heldout" / "neusight_linear_fp32_sample.csv"
-    cases = load_kernel_cases(heldout)
+    cases = heldout_cases("neusight_linear_fp32_sample.csv", 1367)
 
     def key(c):
         return c.gpu, c.dtype, c.m, c.n, c.k, c.batch or 1
 
-    assert len(cases) == 1367 and len({c.case_id for c in cases}) == 1367
     assert {c.gpu for c in cases} == {"a100_pcie_40gb", "a100_pcie_80gb", "h100_sxm5_80gb", "l4", "p100_pcie_16gb",
                                       "p4", "t4", "v100_pcie_32gb"}
     assert all(c.op == "matmul" and c.dtype == "fp32" and c.metric == "time_s" for c in cases)
     assert all(abs(2.0 * c.m * c.n * c.k / c.measured_time_s / c.measured_flop_per_s - 1) < 1e-3 for c in cases)
-    assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases()}
+    assert_disjoint_from_scored(cases, key)
 
 
 def test_heldout_neusight_memory_bound_sample_is_disjoint_from_the_scored_shapes():
@@ -501,13 +512,11 @@ def test_heldout_neusight_memory_bound_sample_is_disjoint_from_the_scored_shapes
     # of 133 pages) on seven GPUs, kept out of the score: no row repeats a (GPU, op, variant, size) the
     # published dataset scores (it scores the three largest elementwise rows of the P100, P4, T4 and
     # L4 to fit their DRAM fractions), and every row's bytes/s is its tensors' bytes / time
-    heldout = Path(__file__).resolve().parent.parent / "measurements" / "heldout" / "neusight_memory_bound_sample.csv"
-    cases = load_kernel_cases(heldout)
+    cases = heldout_cases("neusight_memory_bound_sample.csv", 1574)
 
     def key(c):
         return c.gpu, c.op, c.variant, c.dtype, c.num_elements, c.rows, c.cols
 
-    assert len(cases) == 1574 and len({c.case_id for c in cases}) == 1574
     assert {c.gpu for c in cases} == {"a100_pcie_40gb", "a100_pcie_80gb", "l4", "p100_pcie_16gb", "p4", "t4",
                                       "v100_pcie_32gb"}
     assert {c.op for c in cases} == {"elementwise", "softmax", "layernorm"}
@@ -516,9 +525,8 @@ def test_heldout_neusight_memory_bound_sample_is_disjoint_from_the_scored_shapes
         tensors = (3 if c.variant in ("add", "mul", "div", "pow") else 2) if c.op == "elementwise" else 2
         elements = c.num_elements if c.op == "elementwise" else c.rows * c.cols
         assert tensors * 4 * elements / c.measured_time_s == pytest.approx(c.measured_bytes_per_s, rel=2e-3), c.case_id
-    scored = load_kernel_cases()
-    assert not {key(c) for c in cases} & {key(c) for c in scored}
-    calibration_rows = [c for c in scored if "_neusight_" in c.case_id and c.gpu in {"p100_pcie_16gb", "p4", "t4", "l4"}]
+    assert_disjoint_from_scored(cases, key)
+    calibration_rows = [c for c in load_kernel_cases() if "_neusight_" in c.case_id and c.gpu in {"p100_pcie_16gb", "p4", "t4", "l4"}]
     assert len(calibration_rows) == 12
 
 
@@ -526,28 +534,24 @@ def test_heldout_xla_tf32_table_is_disjoint_from_the_scored_shapes():
     # the same XLA table's sm_90 f32 x f32 -> f32 column (TF32 under XLA's DEFAULT precision), every
     # cell of b = 1, 2, 4 x m, n, k in 256..4096 except the unbatched 256^3 one and the squares the
     # published dataset scores
-    heldout = Path(__file__).resolve().parent.parent / "measurements" / "heldout" / "xla_gemm_tf32_h100_shapes.csv"
-    cases = load_kernel_cases(heldout)
+    cases = heldout_cases("xla_gemm_tf32_h100_shapes.csv", 370)
 
     def key(c):
         return c.gpu, c.dtype, c.variant, c.m, c.n, c.k, c.batch or 1
 
-    assert len(cases) == 370 and len({c.case_id for c in cases}) == 370
     assert all(c.gpu == "h100_sxm5_80gb" and c.dtype == "tf32" and c.metric == "flop_per_s" for c in cases)
     assert len({(c.m, c.n, c.k, c.batch) for c in cases}) == 3 * 5 * 5 * 5 - 5
-    assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases()}
+    assert_disjoint_from_scored(cases, key)
 
 
 def test_heldout_neusight_bmm_sample_pins_the_profiled_kernel_and_is_disjoint():
     # a 16-page sample of NeuSight's FP32 torch.bmm test set on six GPUs: [B, M, N] x [B, N, K] is
     # the GEMM m = M, k = N, n = K; each row pins the tile its profiled cuBLAS kernel names
-    heldout = Path(__file__).resolve().parent.parent / "measurements" / "heldout" / "neusight_bmm_fp32_sample.csv"
-    cases = load_kernel_cases(heldout)
+    cases = heldout_cases("neusight_bmm_fp32_sample.csv", 1262)
 
     def key(c):
         return c.gpu, c.dtype, c.m, c.n, c.k, c.batch or 1
 
-    assert len(cases) == 1262 and len({c.case_id for c in cases}) == 1262
     assert {c.gpu for c in cases} == {"a100_pcie_40gb", "a100_pcie_80gb", "h100_sxm5_80gb", "l4", "p100_pcie_16gb", "t4"}
     assert all(c.op == "matmul" and c.variant == "bmm" and c.dtype == "fp32" and c.kernel_tile for c in cases)
     assert all(abs(2.0 * c.m * c.n * c.k * c.batch / c.measured_time_s / c.measured_flop_per_s - 1) < 1e-3
@@ -556,4 +560,4 @@ def test_heldout_neusight_bmm_sample_pins_the_profiled_kernel_and_is_disjoint():
     for c in cases:
         bm, bn = (int(x) for x in c.kernel_tile.split("x")[:2])
         assert f"{bm}x{bn}" in c.notes or f"{bn}x{bm}" in c.notes, c.case_id
-    assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases()}
+    assert_disjoint_from_scored(cases, key)
