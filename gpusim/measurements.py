@@ -210,6 +210,24 @@ def published_dir() -> Path:
     return path
 
 
+def heldout_dir() -> Path:
+    """The folder of held-out measurements: published cases kept out of the score (``measurements/heldout``)."""
+    path = builtin_dir("measurements") / "heldout"
+    if not path.is_dir():
+        raise ConfigError(str(path), "", "held-out measurements folder not found; is gpusim installed correctly?")
+    return path
+
+
+def heldout_files() -> list[tuple[str, Path]]:
+    """(``kernels`` or ``training``, path) of every held-out CSV, by name; the kind comes from its header."""
+    files = []
+    for path in sorted(heldout_dir().glob("*.csv")):
+        with path.open(newline="", encoding="utf-8") as fh:
+            header = next(csv.reader(fh), [])
+        files.append(("training" if "model" in header else "kernels", path))
+    return files
+
+
 def _display(path: Path) -> str:
     try:
         root = published_dir().resolve()

@@ -102,3 +102,36 @@ def test_warp_specialized_attention_is_simulated_faster_than_flashattention2(ker
 
 def test_every_attention_library_a_row_may_name_has_a_kernel():
     assert set(ATTENTION_KERNEL_OF_LIBRARY) == ATTENTION_LIBRARIES
+
+
+def test_heldout_files_are_classified_by_their_header():
+    from gpusim.measurements import heldout_files
+
+    kinds = {path.name: kind for kind, path in heldout_files()}
+    assert kinds["llmfoundry_h100_sequence_sweep.csv"] == "training"
+    assert kinds["neusight_memory_bound_sample.csv"] == kinds["xla_gemm_bf16_shapes.csv"] == "kernels"
+    assert list(kinds.values()).count("training") == 1 and len(kinds) >= 6
+
+
+def test_heldout_suite_scores_every_file_of_the_folder_as_on_its_own(tmp_path, monkeypatch):
+    # a held-out folder of two small files: six memory-bound kernel rows and two training rows
+    import gpusim.measurements as module
+    from gpusim.cli import main
+
+    source = module.heldout_dir()
+    kernel_lines = (source / "neusight_memory_bound_sample.csv").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "a_kernels.csv").write_text("\n".join(kernel_lines[:7]) + "\n", encoding="utf-8")
+    training_lines = (source / "llmfoundry_h100_sequence_sweep.csv").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "b_training.csv").write_text("\n".join(training_lines[:3]) + "\n", encoding="utf-8")
+    monkeypatch.setattr(module, "heldout_dir", lambda: tmp_path)
+    out = tmp_path / "heldout.json"
+    assert main(["accuracy", "--suite", "heldout", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert (data["a_kernels.csv"]["kind"], data["a_kernels.csv"]["num_cases"]) == ("kernels", 6)
+    assert (data["b_training.csv"]["kind"], data["b_training.csv"]["num_cases"]) == ("training", 2)
+    alone, _ = run_accuracy(module.load_kernel_cases(tmp_path / "a_kernels.csv"))
+    assert data["a_kernels.csv"]["summary"]["mape_fraction"] == pytest.approx(summarize(alone)[0].mape_fraction)
+    alone_training, _ = run_training(load_training_cases(tmp_path / "b_training.csv"))
+    assert data["b_training.csv"]["summary"]["mape_fraction"] == pytest.approx(
+        summarize(alone_training)[0].mape_fraction)
+    assert main(["accuracy", "--suite", "heldout", "--cross-validate"]) != 0

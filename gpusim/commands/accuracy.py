@@ -32,9 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worst", type=int, default=10, metavar="N", help="how many worst cases to print (default 10)")
     p.add_argument("--json", metavar="PATH", help="write per-case results and summaries as JSON (- for stdout)")
     p.add_argument("--plot", metavar="PATH", help="save a measured-vs-simulated scatter (.png or .svg)")
-    p.add_argument("--suite", choices=("kernels", "communication", "training", "all"), default="all",
+    p.add_argument("--suite", choices=("kernels", "communication", "training", "all", "heldout"), default="all",
                    help="which measurements: single-GPU kernels, collectives (communication.csv), multi-GPU "
-                        "training/inference (training.csv), or all (default; training takes about a minute)")
+                        "training/inference (training.csv), or all (default; training takes about a minute); "
+                        "heldout scores every file of measurements/heldout, none of which the model was fitted "
+                        "to, one summary line each (about two minutes)")
     p.set_defaults(func=cmd_accuracy)
 
 
@@ -92,6 +94,8 @@ def _pct(x: float | None) -> str:
 
 def cmd_accuracy(args: argparse.Namespace) -> int:
     suite = "kernels" if args.measurements else getattr(args, "suite", "all")
+    if suite == "heldout":
+        return _heldout_suite(args)
     if suite in ("communication", "training"):
         if args.cross_validate:
             raise GpusimError(f"accuracy: --cross-validate refits the kernel calibration; --suite {suite} has none")
@@ -101,6 +105,44 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         print()
         return _cluster_suites(args, ("communication", "training"))
     return rc
+
+
+def _heldout_suite(args: argparse.Namespace) -> int:
+    """Every held-out file (measurements/heldout), one summary line each: the error on measurements
+    nothing was fitted to."""
+    from gpusim.accuracy_cluster import run_training
+    from gpusim.measurements import heldout_files, load_training_cases
+
+    if args.cross_validate:
+        raise GpusimError("accuracy: --cross-validate refits the calibration on the scored set; --suite heldout "
+                          "scores files that are not in it")
+    rows = []
+    for kind, path in heldout_files():
+        if kind == "training":
+            results, skipped = run_training(load_training_cases(path), args.include_excluded)
+        else:
+            cases, plans = _load_cases([str(path)])
+            if args.gpu:
+                cases = [c for c in cases if c.gpu in args.gpu]
+            results, skipped = run_accuracy(cases, calibrated=not args.uncalibrated,
+                                            include_excluded=args.include_excluded, plan_rows=plans)
+        summary = summarize(results)[0] if results else None
+        rows.append((path.name, kind, results, skipped, summary))
+    if args.json:
+        write_json({name: {"kind": kind, "num_cases": len(results), "num_skipped": len(skipped),
+                           "summary": summary.__dict__ if summary else None,
+                           "gpus": sorted({getattr(r, "gpu", "") for r in results} - {""})}
+                    for name, kind, results, skipped, summary in rows}, args.json)
+        return 0
+    print(f"{'held-out file':<40} {'cases':>5} {'MAPE':>7} {'<=10%':>6} {'<=25%':>6} {'worst':>8}  {'roofline MAPE':>13}")
+    for name, _kind, _results, skipped, s in rows:
+        if s is None:
+            print(f"{name[:40]:<40} {0:5d}  (nothing scored: {len(skipped)} skipped)")
+            continue
+        roof = "-" if s.roofline_mape_fraction is None else f"{s.roofline_mape_fraction:.1%}"
+        print(f"{name[:40]:<40} {s.num_cases:5d} {s.mape_fraction:7.1%} {s.within_10_fraction:6.0%} "
+              f"{s.within_25_fraction:6.0%} {_pct(s.worst_error_fraction):>8}  {roof:>13}")
+    return 0
 
 
 def _run_cluster_suite(args: argparse.Namespace, suite: str):
