@@ -135,3 +135,23 @@ def test_heldout_suite_scores_every_file_of_the_folder_as_on_its_own(tmp_path, m
     assert data["b_training.csv"]["summary"]["mape_fraction"] == pytest.approx(
         summarize(alone_training)[0].mape_fraction)
     assert main(["accuracy", "--suite", "heldout", "--cross-validate"]) != 0
+
+
+def test_ignore_kernel_tile_lets_gpusim_choose_the_pinned_rows_tiles(tmp_path):
+    # the RTX 4090 rows whose profile names a 64x64 CUTLASS kernel run it unless told to ignore it;
+    # rows without a named tile simulate the same either way
+    from gpusim.cli import main
+
+    def simulated(*flags):
+        out = tmp_path / f"acc{len(flags)}.json"
+        assert main(["accuracy", "--suite", "kernels", "--gpu", "rtx_4090", "--json", str(out), *flags]) == 0
+        return {c["case_id"]: c["simulated"] for c in json.loads(out.read_text())["cases"]}
+
+    pinned, chosen = simulated(), simulated("--ignore-kernel-tile")
+    named = {c.case_id for c in load_kernel_cases() if c.gpu == "rtx_4090" and c.kernel_tile}
+    assert named == {"rtx4090_torch_bf16_mm_2056", "rtx4090_torch_bf16_mm_2072"}
+    for case_id in pinned:
+        if case_id in named:
+            assert chosen[case_id] > 1.05 * pinned[case_id]  # FLOP/s: gpusim's own tile beats the 64x64 one
+        else:
+            assert chosen[case_id] == pinned[case_id]

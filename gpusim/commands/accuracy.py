@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cross-validate", action="store_true",
                    help="kernels: score every case whose reference helped fit its GPU's calibration with that "
                         "calibration refitted on the other references (leave one source out)")
+    p.add_argument("--ignore-kernel-tile", action="store_true",
+                   help="let gpusim choose every GEMM's tile, also where a row names the tile of the kernel its "
+                        "library ran (the kernel_tile column): the error of gpusim's own tile choice")
     p.add_argument("--gpu", action="append", default=[], help="only these hardware stems")
     p.add_argument("--op", action="append", default=[], help="only these op kinds (matmul, stream, ...)")
     p.add_argument("--cases", action="store_true", help="print every case, not only the worst")
@@ -40,17 +43,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_accuracy)
 
 
-def _load_cases(paths: list[str]):
-    """(cases, exact plans of own-kernel measurements keyed by case id)."""
+def _load_cases(paths: list[str], ignore_kernel_tile: bool = False):
+    """(cases, exact plans of own-kernel measurements keyed by case id); with ``ignore_kernel_tile``
+    the rows' library tiles are dropped, so gpusim picks every tile."""
+    from dataclasses import replace
+
     from gpusim.accuracy import load_plan_rows
     from gpusim.measurements import load_kernel_cases
 
-    if not paths:
-        return list(load_kernel_cases()), {}
     cases, plans = [], {}
-    for path in paths:
+    for path in paths or [None]:
         cases.extend(load_kernel_cases(path))
-        plans.update(load_plan_rows(path))
+        if path is not None:
+            plans.update(load_plan_rows(path))
+    if ignore_kernel_tile:
+        cases = [replace(c, kernel_tile=None) if c.kernel_tile else c for c in cases]
     return cases, plans
 
 
@@ -121,7 +128,7 @@ def _heldout_suite(args: argparse.Namespace) -> int:
         if kind == "training":
             results, skipped = run_training(load_training_cases(path), args.include_excluded)
         else:
-            cases, plans = _load_cases([str(path)])
+            cases, plans = _load_cases([str(path)], getattr(args, "ignore_kernel_tile", False))
             if args.gpu:
                 cases = [c for c in cases if c.gpu in args.gpu]
             results, skipped = run_accuracy(cases, calibrated=not args.uncalibrated,
@@ -194,7 +201,7 @@ def _cluster_suites(args: argparse.Namespace, suites: tuple[str, ...]) -> int:
 def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -> int:
     """The single-GPU kernel cases; with ``with_cluster_suites`` the JSON also holds the
     communication and training suites (``--suite all --json``)."""
-    cases, plan_rows = _load_cases(args.measurements)
+    cases, plan_rows = _load_cases(args.measurements, getattr(args, "ignore_kernel_tile", False))
     all_cases = cases
     if args.gpu:
         cases = [c for c in cases if c.gpu in args.gpu]
