@@ -202,20 +202,21 @@ class TrainingCase:
 # Locating the files
 
 
+def _measurements_dir(name: str, what: str) -> Path:
+    path = builtin_dir("measurements") / name
+    if not path.is_dir():
+        raise ConfigError(str(path), "", f"{what} measurements folder not found; is gpusim installed correctly?")
+    return path
+
+
 def published_dir() -> Path:
     """The folder of the published reference CSVs (installed copy first, then the source tree)."""
-    path = builtin_dir("measurements") / "published"
-    if not path.is_dir():
-        raise ConfigError(str(path), "", "published measurements folder not found; is gpusim installed correctly?")
-    return path
+    return _measurements_dir("published", "published")
 
 
 def heldout_dir() -> Path:
     """The folder of held-out measurements: published cases kept out of the score (``measurements/heldout``)."""
-    path = builtin_dir("measurements") / "heldout"
-    if not path.is_dir():
-        raise ConfigError(str(path), "", "held-out measurements folder not found; is gpusim installed correctly?")
-    return path
+    return _measurements_dir("heldout", "held-out")
 
 
 def heldout_files() -> list[tuple[str, Path]]:
