@@ -313,17 +313,20 @@ def l2_shared_slice_hit_fraction(machine: Machine, working_set_bytes: float, blo
 
 
 def _chase_latency_s(working_set: float, machine: Machine, device, bypass_l1: bool = False) -> float:
+    """Latency of one load of a dependent chase over ``working_set`` bytes: L1 while it fits there;
+    past it, the L2 (near partition while the set fits one, else far) for the share of loads the L2's
+    hashed sets keep (:meth:`Machine.cyclic_l2_hit_fraction`, as for the L2 bandwidth sweeps), DRAM
+    with its page walks for the rest."""
     if working_set <= machine.l1_capacity_bytes and not bypass_l1:
         return machine.l1_latency_s
+    dram = machine.random_access_dram_latency_s(working_set)
+    hit = machine.cyclic_l2_hit_fraction(working_set)
     if machine.kind == "gpu":
         l2 = device.l2
-        if working_set <= l2.capacity_bytes / l2.num_partitions:
-            return l2.near_latency_s
-        if working_set <= l2.capacity_bytes:
-            return l2.far_latency_s
-    elif working_set <= machine.l2_capacity_bytes:
-        return machine.l2_latency_s
-    return machine.random_access_dram_latency_s(working_set)
+        l2_latency = l2.near_latency_s if working_set <= l2.capacity_bytes / l2.num_partitions else l2.far_latency_s
+    else:
+        l2_latency = machine.l2_latency_s
+    return hit * l2_latency + (1.0 - hit) * dram
 
 
 def _to_metric(case, seconds: float) -> float:

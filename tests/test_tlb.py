@@ -1,4 +1,5 @@
-"""Page walks on random DRAM access: a chase over a footprint past the TLBs' reach pays them."""
+"""Pointer-chase latency past the caches: L2 hits mixed with DRAM as the hashed sets say, and page
+walks for a footprint past the TLBs' reach."""
 
 from __future__ import annotations
 
@@ -38,3 +39,19 @@ def test_mi210_chase_inside_and_beyond_the_tlb_reach():
     assert {r.case_id for r in results} == ids
     for r in results:
         assert abs(r.signed_error_fraction) < 0.02, r
+
+
+def test_a_chase_past_part_of_l2_mixes_its_hits_with_dram_as_the_hashed_sets_say():
+    # A100 40GB: 40 MiB of L2 in two 20 MiB partitions. 8 MB stays in the near partition; 32 MB
+    # (0.8 of the L2) hits the far one as often as the L2's hashed 16-way sets keep it, the
+    # rest goes to DRAM; 256 MB is DRAM (the same hit model as the L2 bandwidth sweeps)
+    from gpusim.accuracy import _chase_latency_s
+
+    desc = load_hardware("a100_sxm4_40gb")
+    machine, l2 = machine_of(desc), desc.gpu.l2
+    assert _chase_latency_s(8e6, machine, desc.gpu) == pytest.approx(l2.near_latency_s, rel=1e-3)
+    hit = machine.cyclic_l2_hit_fraction(32e6)
+    assert 0.5 < hit < 0.95
+    assert _chase_latency_s(32e6, machine, desc.gpu) == pytest.approx(
+        hit * l2.far_latency_s + (1 - hit) * machine.dram_latency_s)
+    assert _chase_latency_s(256e6, machine, desc.gpu) == pytest.approx(machine.dram_latency_s, rel=1e-6)
