@@ -20,7 +20,7 @@ from gpusim.config.library import builtin_files, load_hardware
 from gpusim.engine.kernel import simulate_kernel
 from gpusim.engine.machine import Calibration, Machine, machine_of
 from gpusim.engine.simulate import transfer_time_s
-from gpusim.mapping import best_gemm, map_op
+from gpusim.mapping import TRANSCENDENTAL_FUNCTIONS, best_gemm, map_op
 from gpusim.mapping.occupancy import REGISTER_BYTES, ctas_per_unit
 from gpusim.mapping.plan import Tile
 from gpusim.mapping.streaming import (elementwise_launch, framework_row_launch, row_launch, scalar_row_launch,
@@ -212,7 +212,7 @@ def _memory_plan(case, machine: Machine):
         n = case.num_elements
         inputs = _elementwise_inputs(case.variant)
         ctas, threads, in_flight = elementwise_launch(machine, n, dtype, inputs)
-        sfu = TRANSCENDENTAL_OPS_PER_ELEMENT.get(case.variant, 0) * float(n)
+        sfu = _transcendental_ops_per_element(case.variant) * float(n)
         return streaming_plan(machine, case.variant or "elementwise", "elementwise", dtype, bytes_read=inputs * n * eb,
                               bytes_written=n * eb, flop=float(n), sfu_ops=sfu, num_ctas=ctas,
                               threads_per_cta=threads, bytes_in_flight_per_thread=in_flight)
@@ -352,9 +352,17 @@ def _to_metric(case, seconds: float) -> float:
 BINARY_ELEMENTWISE_VARIANTS = ("add", "mul", "div", "pow", "silu_mul", "silu_mul_scalar_rowwise")
 """Elementwise variants that read two tensors (the others, e.g. ``add_scalar``, ``relu``, one)."""
 
-TRANSCENDENTAL_OPS_PER_ELEMENT = {"silu_mul": 1, "silu": 1, "gelu": 1, "tanh": 1, "pow_scalar": 1, "pow": 2}
-"""Special-function-unit operations per element: one exponential or tanh; a tensor power
-x ** y = exp2(y log2 x) takes two."""
+COMPOSITE_TRANSCENDENTAL_OPS_PER_ELEMENT = {"silu_mul": 1, "pow_scalar": 1, "pow": 2}
+"""Special-function-unit operations per element of the variants that are not one of the workload
+functions (``TRANSCENDENTAL_FUNCTIONS``): SiLU times a tensor takes one exponential, a power one
+(x ** s) or two (x ** y = exp2(y log2 x))."""
+
+
+def _transcendental_ops_per_element(variant: str | None) -> int:
+    """Special-function-unit operations per element of an elementwise row's variant."""
+    if variant in COMPOSITE_TRANSCENDENTAL_OPS_PER_ELEMENT:
+        return COMPOSITE_TRANSCENDENTAL_OPS_PER_ELEMENT[variant]
+    return 1 if variant in TRANSCENDENTAL_FUNCTIONS else 0
 
 
 def _elementwise_inputs(variant: str | None) -> int:
