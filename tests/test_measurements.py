@@ -19,6 +19,7 @@ from gpusim.measurements import (
     KernelCase,
     TrainingCase,
     columns,
+    heldout_dir,
     included,
     load_communication_cases,
     load_kernel_cases,
@@ -462,12 +463,9 @@ def test_copy_loads_identically_and_builtin_errors_name_the_repository_path(tmp_
     assert _one_line(info.value).startswith("measurements/published/kernels.csv: row 2.metric: ")
 
 
-HELDOUT = Path(__file__).resolve().parent.parent / "measurements" / "heldout"
-
-
 def heldout_cases(name: str, count: int) -> tuple[KernelCase, ...]:
     """The rows of a held-out file, which must number ``count`` with distinct ids."""
-    cases = load_kernel_cases(HELDOUT / name)
+    cases = load_kernel_cases(heldout_dir() / name)
     assert len(cases) == count and len({c.case_id for c in cases}) == count
     return cases
 

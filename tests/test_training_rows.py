@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from gpusim.accuracy_cluster import GPT_FAST_NEW_TOKENS, _inference_workload, _training_workload, run_training
 from gpusim.cli import main
 from gpusim.config.library import load_hardware
 from gpusim.engine.simulate import simulate
-from gpusim.measurements import load_training_cases
+from gpusim.measurements import heldout_dir, load_training_cases
 from gpusim.workload import load_workload
 
 
@@ -98,7 +96,7 @@ def test_serving_throughput_counts_output_tokens_over_the_whole_batch_run():
     assert result.simulated == pytest.approx(64 * 128 / total_s)
 
 
-HELDOUT = Path(__file__).resolve().parent.parent / "measurements" / "heldout" / "llmfoundry_h100_sequence_sweep.csv"
+HELDOUT = heldout_dir() / "llmfoundry_h100_sequence_sweep.csv"
 
 
 def test_heldout_llm_foundry_sweep_rows_are_all_buildable():
