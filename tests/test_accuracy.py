@@ -155,3 +155,14 @@ def test_ignore_kernel_tile_lets_gpusim_choose_the_pinned_rows_tiles(tmp_path):
             assert chosen[case_id] > 1.05 * pinned[case_id]  # FLOP/s: gpusim's own tile beats the 64x64 one
         else:
             assert chosen[case_id] == pinned[case_id]
+
+
+def test_elementwise_variants_read_their_inputs_and_take_their_special_function_ops():
+    from gpusim.accuracy import _elementwise_inputs, _transcendental_ops_per_element
+
+    assert [_elementwise_inputs(v) for v in ("add", "mul", "div", "pow", "silu_mul")] == [2] * 5
+    assert [_elementwise_inputs(v) for v in ("add_scalar", "pow_scalar", "relu", "gelu", "tanh")] == [1] * 5
+    # one exponential or tanh per element, two for x ** y = exp2(y log2 x), none for plain arithmetic
+    assert [_transcendental_ops_per_element(v) for v in ("gelu", "silu", "tanh", "silu_mul", "pow_scalar")] == [1] * 5
+    assert _transcendental_ops_per_element("pow") == 2
+    assert [_transcendental_ops_per_element(v) for v in ("add", "div_scalar", "relu", None)] == [0] * 4
