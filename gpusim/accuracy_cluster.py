@@ -99,8 +99,10 @@ def _training_workload(case):
                  "parallelism.zero_stage=3",
                  f"activation_checkpointing={'full' if case.activation_checkpointing else 'none'}",
                  # the MPT yamls' attn_impl: triton, llm-foundry's flash_attn_triton.py (2022 Triton
-                 # FlashAttention, num_stages=1), in the BF16 and the FP8 runs alike
-                 "config.attention_kernel=fused_unpipelined"]
+                 # FlashAttention, num_stages=1), in the BF16 and the FP8 runs alike; the rest of the
+                 # block is eager PyTorch (no torch.compile): nn.GELU and the residual adds run as
+                 # kernels of their own, not in the GEMMs' epilogues
+                 "config.attention_kernel=fused_unpipelined", "fusion=attention_only"]
         if (case.precision or "").startswith("amp_"):
             # Composer's FSDP mixed precision 'DEFAULT' of that time (the README's 'MP Mode' column):
             # parameters all-gathered in FP32 (cast to 16 bits by autocast), gradients reduced in

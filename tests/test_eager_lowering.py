@@ -4,6 +4,8 @@ and the single-GPU end-to-end rows of the accuracy dataset that use them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpusim.accuracy import Skipped
@@ -49,6 +51,35 @@ def test_eager_bidirectional_attention_adds_a_padding_mask_without_a_backward_ke
 def test_fused_attention_has_no_separate_scale_or_mask_kernels():
     names = {n.name for n in _nodes("gpt2_large_train", ["config.num_layers=1"])}
     assert not any(name.endswith(("_scale", "_mask_fill", "_mask_add")) for name in names)
+
+
+def test_attention_only_fusion_is_eager_but_keeps_the_fused_attention_kernel():
+    """llm-foundry's MPT: eager PyTorch (bias, GELU, residual adds as kernels of their own) calling a
+    FlashAttention kernel. Its forward is fusion none's with the six lowered attention ops replaced
+    by the one fused kernel; its backward runs the fused kernel's backward."""
+    def nodes(fusion):
+        return [n for n in _nodes("gpt2_large_train", [f"fusion={fusion}", "config.num_layers=1", f"batch_size={B}"])
+                if n.name.startswith("layer0")]
+
+    def forward(fusion):
+        return [(n.name, n.op) for n in nodes(fusion) if n.phase == "forward"]
+
+    eager, only = forward("none"), forward("attention_only")
+    fused_attention = dict(forward("default"))["layer0.attention"]
+    names = [name for name, _ in eager]
+    first = names.index("layer0.attention_qk")
+    assert names[first:first + 6] == ["layer0.attention_qk", "layer0.attention_scale", "layer0.attention_mask_fill",
+                                      "layer0.attention_softmax", "layer0.attention_dropout", "layer0.attention_av"]
+    assert [op for _, op in only] == ([op for _, op in eager[:first]] + [fused_attention]
+                                      + [op for _, op in eager[first + 6:]])
+    assert not any(isinstance(op, Matmul) and op.epilogue for _, op in only)
+    backward_attention = [n.op for n in nodes("attention_only")
+                          if n.phase == "backward" and n.name.startswith("layer0.attention")]
+    assert replace(fused_attention, variant="backward") in backward_attention
+    w = load_workload("gpt2_large_train", ["fusion=attention_only", "config.num_layers=1", f"batch_size={B}"])
+    none = load_workload("gpt2_large_train", ["fusion=none", "config.num_layers=1", f"batch_size={B}"])
+    assert w.fusion.mode == "attention_only"
+    assert w.fusion.num_kernels_removed == none.graph.num_kernels() - w.graph.num_kernels() > 0
 
 
 def test_gelu_new_is_eight_kernels_in_eager_mode():

@@ -86,8 +86,8 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"HBM traffic {_bytes(info['bytes_read_per_step'])} read, {_bytes(info['bytes_written_per_step'])} written")
     print(f"  {info['num_kernels']:,} kernel launches from {info['num_nodes']:,} nodes, "
           f"{info['num_distinct_ops']} distinct ops")
-    if w.fusion.mode == "default":
-        print(f"  fusion default: {w.fusion.num_kernels_removed:,} kernels and {_bytes(w.fusion.bytes_saved)} of HBM "
+    if w.fusion.mode != "none":
+        print(f"  fusion {w.fusion.mode}: {w.fusion.num_kernels_removed:,} kernels and {_bytes(w.fusion.bytes_saved)} of HBM "
               f"traffic fewer than fusion none")
     rows = [("op kind", "launches", "FLOP", "bytes read", "bytes written")]
     for kind, row in sorted(info["by_kind"].items(), key=lambda kv: -kv[1]["flop"]):

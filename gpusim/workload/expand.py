@@ -10,6 +10,8 @@ Fusion ``default``:
 Fusion ``none`` (eager PyTorch): every op is its own kernel; attention is lowered to QK^T, scale,
 mask (causal or padding), softmax, (dropout), AV, and functions that models write as several tensor ops
 (:data:`~gpusim.workload.ops.EAGER_COMPOSITIONS`) run as one kernel per op.
+Fusion ``attention_only`` (eager PyTorch whose model code calls a FlashAttention kernel, as
+llm-foundry's MPT does): as ``none``, but attention stays its fused kernel.
 
 Training, per micro-batch: the forward kernels; then, layer by layer in reverse, the recomputed
 forward (activation checkpointing), then for each op in reverse its backward kernels: the backward
@@ -123,10 +125,11 @@ def lower_layer(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdO
 
 
 def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...]:
-    if fusion == "none":
+    if fusion in ("none", "attention_only"):
         out: list[FwdOp] = []
         for f in ops:
-            if isinstance(f.op, Attention) and f.op.kernel != "unfused" and f.op.variant == "forward":
+            if (fusion == "none" and isinstance(f.op, Attention) and f.op.kernel != "unfused"
+                    and f.op.variant == "forward"):
                 out.extend(_lower_attention(f, training))
             elif isinstance(f.op, Elementwise) and f.op.function in EAGER_COMPOSITIONS:
                 out.extend(replace(f, name=f"{f.name}_{i}_{step}", op=replace(f.op, function=step), saved_bytes=None,

@@ -34,7 +34,7 @@ from gpusim.workload.spec import (
 
 @dataclass(frozen=True)
 class FusionSummary:
-    """What fusion ``default`` saved against fusion ``none`` (zero for ``none`` and op lists)."""
+    """What the workload's fusion mode saved against fusion ``none`` (zero for ``none`` and op lists)."""
 
     mode: str
     num_kernels_removed: int
@@ -314,10 +314,10 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
 
     nodes = make_nodes(spec.fusion)
     graph = WorkloadGraph(chain(nodes))
-    if spec.fusion == "default":
+    if spec.fusion != "none":
         baseline = make_nodes("none")
         base_bytes = sum(n.bytes_read() + n.bytes_written() for n in baseline)
-        fusion = FusionSummary("default", sum(n.repeat for n in baseline) - graph.num_kernels(),
+        fusion = FusionSummary(spec.fusion, sum(n.repeat for n in baseline) - graph.num_kernels(),
                                base_bytes - graph.total_bytes())
     else:
         fusion = FusionSummary("none", 0, 0.0)
