@@ -88,13 +88,24 @@ def gpusim_dtype(dtype: str | None) -> str | None:
 def _timed_kernel_s(machine: Machine, plan, timing_method: str) -> float:
     """What a measurement of one kernel sees: a profiler's kernel duration is the kernel alone;
     CUDA events around one launch add the device-side launch overhead; a back-to-back eager loop's
-    iteration is bounded by the host's launch cost."""
+    iteration is bounded by the host's launch cost; events around one eager framework call on an
+    idle GPU also see the host dispatch the device waits for (see :func:`_eager_call_s`)."""
     kernel_s = simulate_kernel(plan, machine).time_s
     if timing_method == "loop_with_launch_gaps":
         return _eager_loop_s(machine, kernel_s)
     if timing_method == "profiler_kernel":
         return kernel_s
+    if timing_method == "eager_call_events":
+        return _eager_call_s(machine, kernel_s)
     return kernel_s + machine.graph_kernel_launch_s
+
+
+def _eager_call_s(machine: Machine, kernel_s: float) -> float:
+    """CUDA events recorded around one eager framework call with nothing else queued (NeuSight's
+    ``measure_once``: start event, the op, end event, synchronize): the idle GPU passes the start
+    event at once and then waits while the host dispatches the call (the description's eager
+    ``kernel_launch_s``), then runs the launch and the kernel."""
+    return machine.kernel_launch_s + machine.graph_kernel_launch_s + kernel_s
 
 
 WHOLE_TILE_SCHEDULERS = {

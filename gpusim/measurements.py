@@ -39,7 +39,8 @@ KERNEL_OPS = frozenset({
 })
 ATTENTION_VARIANTS = frozenset({"forward", "forward_causal", "backward", "backward_causal"})
 ATTENTION_LIBRARIES = frozenset({"flash-attn2", "flash-attn3", "cudnn"})
-TIMING_METHODS = frozenset({"kernel_only", "loop_with_launch_gaps", "profiler_kernel", "benchmark_suite"})
+TIMING_METHODS = frozenset({"kernel_only", "loop_with_launch_gaps", "profiler_kernel", "benchmark_suite",
+                            "eager_call_events"})
 COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "p2p_unidirectional", "p2p_bidirectional"})
 TRAINING_MODES = frozenset({"train", "inference", "decode", "prefill", "serve_throughput"})
 OPTIONAL_COLUMNS = frozenset({"block_bytes", "kernel_tile"})
