@@ -10,7 +10,7 @@ from gpusim.config import load_hardware
 from gpusim.engine.kernel import _cta_compute_and_in_flight
 from gpusim.engine.machine import machine_of
 from gpusim.mapping import map_op
-from gpusim.mapping.attention import shared_bytes_per_tile, visible_tiles_per_head
+from gpusim.mapping.attention import masked_tiles_per_head, shared_bytes_per_tile, visible_tiles_per_head
 from gpusim.workload.ops import Attention
 
 
@@ -40,6 +40,26 @@ def test_causal_tiles_count_the_diagonal_whole():
     # a decode step (1 query aligned to the end of 512 keys) sees every key tile
     decode = Attention(batch=1, heads=1, seq_len_q=1, seq_len_kv=512, head_dim=128, causal=True)
     assert visible_tiles_per_head(decode, True, 16, 64) == 8
+
+
+def test_the_mask_is_applied_to_the_diagonal_tiles_only(h100):
+    # 512 tokens, 128-row own blocks, 64-row streamed tiles. Forward: query block b's rows
+    # 128b..128b+127 straddle the diagonal in key tiles 2b and 2b+1 (keys 128b..128b+127), 2 of its
+    # 2b+2 visible tiles: 8 of 20. Backward: key block c is straddled by query tiles 2c and 2c+1: 8.
+    assert masked_tiles_per_head(_op(causal=True), True, 128, 64) == 8
+    assert masked_tiles_per_head(_op("backward", causal=True), False, 128, 64) == 8
+    assert masked_tiles_per_head(_op(), True, 128, 64) == 0
+    # a decode step's query sees every key: nothing to mask
+    decode = Attention(batch=1, heads=1, seq_len_q=1, seq_len_kv=512, head_dim=128, causal=True)
+    assert masked_tiles_per_head(decode, True, 16, 64) == 0
+    # the compare-and-select per masked score is FP32 work of the CTA (on H100 in series with the
+    # products). FlashAttention-2's forward, 128-row own blocks and 64-key tiles: each of a head's 4
+    # CTAs runs 5 visible tiles (40,960 scores) at 3.5 + 128 / 64 softmax instructions each, and masks
+    # 2 tiles (16,384 scores) at 2 more
+    plan = map_op(_op(causal=True), h100)[0]
+    assert (plan.tile.block_m, plan.tile.block_n, plan.grid) == (128, 64, 4)
+    assert plan.vector_ops_per_cta == pytest.approx(5.5 * 40_960 + 2.0 * 16_384)
+    assert map_op(_op(), h100)[0].vector_ops_per_cta == pytest.approx(5.5 * 8 * 128 * 64)  # no mask, 8 tiles
 
 
 def test_shared_memory_bytes_per_tile_forward(h100):

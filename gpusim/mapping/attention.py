@@ -44,6 +44,11 @@ BACKWARD_ALU_OPS_PER_SCORE = 4.0
 scale-and-subtract FMA of the exponent, dS = P (dP - D) (a subtract and a multiply), and half a pack
 each of P and dS into 16-bit operands for the products that read them from shared memory."""
 
+MASK_ALU_OPS_PER_SCORE = 2.0
+"""FP32-pipe instructions per score of a tile that straddles a causal mask's diagonal: a compare of
+the score's column with its row's limit and a select of -inf (FlashAttention-2's
+``apply_mask_causal``, FlashAttention-3's ``Mask::apply``); tiles wholly below the diagonal skip it."""
+
 EXPONENTIALS_PER_SCORE = 1.0
 """SFU operations per score, forward and backward (the backward recomputes P = exp(S - LSE))."""
 
@@ -74,6 +79,30 @@ def visible_tiles_per_head(op, forward: bool, block: int, kv_block: int) -> int:
         return sum(min(streamed, (min((b + 1) * block, sq) - 1 + offset) // kv_block + 1) for b in range(own_blocks))
     # key block c is seen by the queries from c * block - offset on
     return sum(streamed - max(0, c * block - offset) // kv_block for c in range(own_blocks))
+
+
+def masked_tiles_per_head(op, forward: bool, block: int, kv_block: int) -> int:
+    """Visible (own block, streamed tile) pairs of one head that also hold masked pairs, so the kernel
+    applies the causal mask to them: the tiles on the diagonal (none without a causal mask). Layout
+    as :func:`visible_tiles_per_head`."""
+    if not op.causal:
+        return 0
+    sq, skv = op.seq_len_q, op.seq_len_kv
+    offset = skv - sq
+    count = 0
+    if forward:  # query block b, key tile j: key c is visible to query r when c <= r + offset
+        for b in range(math.ceil(sq / block)):
+            first, last = b * block, min((b + 1) * block, sq) - 1
+            for j in range(math.ceil(skv / kv_block)):
+                lo, hi = j * kv_block, min((j + 1) * kv_block, skv) - 1
+                count += lo <= last + offset and hi > first + offset
+        return count
+    for c in range(math.ceil(skv / block)):  # key block c, query tile i
+        lo, hi = c * block, min((c + 1) * block, skv) - 1
+        for i in range(math.ceil(sq / kv_block)):
+            first, last = i * kv_block, min((i + 1) * kv_block, sq) - 1
+            count += lo <= last + offset and hi > first + offset
+    return count
 
 
 def _operand_reads_per_k(m: int, n: int, issuers: int, issuer: str, a_in_shared: bool, whole_rows: bool) -> int:
@@ -200,7 +229,10 @@ def _main_kernel(machine: Machine, op) -> KernelPlan:
     # its published 73 % of peak, where the series sum would give 72%.
     native_async = asynchronous and machine.native_mma_issuer != "warp"
     alu_in_series = matrix and (native_async or (not asynchronous and machine.warp_mma_fraction < 1.0))
-    alu_per_cta = alu_per_score * softmax_scores_per_cta if alu_in_series else 0.0
+    masked_scores_per_cta = (masked_tiles_per_head(op, forward, block, kv_block) / blocks_per_head
+                             * own_len / blocks_per_head * kv_block)
+    alu_per_cta = (alu_per_score * softmax_scores_per_cta + MASK_ALU_OPS_PER_SCORE * masked_scores_per_cta
+                   if alu_in_series else 0.0)
     shared_operand = (shared_bytes_per_tile(machine, op, forward, block, kv_block, threads // machine.warp_size)
                       * tiles_per_cta if matrix and machine.kind == "gpu" else 0.0)
     streamed_rows = tiles_per_cta * kv_block
