@@ -62,6 +62,31 @@ def test_the_mask_is_applied_to_the_diagonal_tiles_only(h100):
     assert map_op(_op(), h100)[0].vector_ops_per_cta == pytest.approx(5.5 * 8 * 128 * 64)  # no mask, 8 tiles
 
 
+def _masked_tiles_by_pairs(op, forward, block, kv_block):
+    """Reference count: every (own block, streamed tile) pair with a visible and a masked pair."""
+    sq, skv = op.seq_len_q, op.seq_len_kv
+    offset = skv - sq
+    own, streamed = ((sq, skv) if forward else (skv, sq))
+    count = 0
+    for a in range(-(-own // block)):
+        for b in range(-(-streamed // kv_block)):
+            rows = (a * block, min((a + 1) * block, own) - 1)
+            cols = (b * kv_block, min((b + 1) * kv_block, streamed) - 1)
+            queries, keys = (rows, cols) if forward else (cols, rows)
+            count += keys[0] <= queries[1] + offset and keys[1] > queries[0] + offset
+    return count
+
+
+@pytest.mark.parametrize("sq, skv", [(1, 1), (1, 300), (100, 100), (200, 517), (512, 512), (700, 701)])
+@pytest.mark.parametrize("block, kv_block", [(128, 64), (64, 128), (16, 16), (128, 128)])
+def test_masked_tile_count_matches_the_pairs_it_covers(sq, skv, block, kv_block):
+    for variant in ("forward", "backward"):
+        op = Attention(batch=1, heads=1, seq_len_q=sq, seq_len_kv=skv, head_dim=64, causal=True, variant=variant)
+        forward = variant == "forward"
+        assert masked_tiles_per_head(op, forward, block, kv_block) == _masked_tiles_by_pairs(op, forward, block,
+                                                                                             kv_block)
+
+
 def test_shared_memory_bytes_per_tile_forward(h100):
     # FlashAttention-2 forward, 4 warps each owning 32 of the 128 query rows, 64-key tiles, d = 128:
     # S = Q K^T reads Q once (128 x 128) and K once per warp (4 x 64 x 128); O += P V reads V once per

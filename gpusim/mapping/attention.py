@@ -84,24 +84,36 @@ def visible_tiles_per_head(op, forward: bool, block: int, kv_block: int) -> int:
 def masked_tiles_per_head(op, forward: bool, block: int, kv_block: int) -> int:
     """Visible (own block, streamed tile) pairs of one head that also hold masked pairs, so the kernel
     applies the causal mask to them: the tiles on the diagonal (none without a causal mask). Layout
-    as :func:`visible_tiles_per_head`."""
+    as :func:`visible_tiles_per_head`; key c is visible to query r when c <= r + (keys - queries).
+
+    Per own block the visible streamed tiles are a prefix (forward) or suffix (backward) of the
+    streamed tiles and the masked ones the opposite end, so each block's count is the overlap of the
+    two ranges (O(blocks) for a million-token sequence)."""
     if not op.causal:
         return 0
     sq, skv = op.seq_len_q, op.seq_len_kv
     offset = skv - sq
     count = 0
-    if forward:  # query block b, key tile j: key c is visible to query r when c <= r + offset
+    if forward:  # own: query block b; streamed: key tile j
+        tiles = math.ceil(skv / kv_block)
         for b in range(math.ceil(sq / block)):
             first, last = b * block, min((b + 1) * block, sq) - 1
-            for j in range(math.ceil(skv / kv_block)):
-                lo, hi = j * kv_block, min((j + 1) * kv_block, skv) - 1
-                count += lo <= last + offset and hi > first + offset
+            # key tiles whose first key is visible to the block's last query
+            visible = min(tiles, (last + offset) // kv_block + 1) if last + offset >= 0 else 0
+            # key tiles whose every key is visible to the block's first query (t = its last visible key)
+            t = first + offset
+            whole = min(max((t + 1) // kv_block, 0), tiles - 1) + (1 if t >= skv - 1 else 0)
+            count += max(0, visible - whole)
         return count
-    for c in range(math.ceil(skv / block)):  # key block c, query tile i
+    tiles = math.ceil(sq / kv_block)
+    for c in range(math.ceil(skv / block)):  # own: key block c; streamed: query tile i
         lo, hi = c * block, min((c + 1) * block, skv) - 1
-        for i in range(math.ceil(sq / kv_block)):
-            first, last = i * kv_block, min((i + 1) * kv_block, sq) - 1
-            count += lo <= last + offset and hi > first + offset
+        # query tiles whose first query cannot see the block's last key (they hold masked pairs)
+        partial = min(tiles, (hi - offset - 1) // kv_block + 1) if hi - offset - 1 >= 0 else 0
+        # query tiles whose last query cannot see the block's first key (wholly masked)
+        u = lo - offset
+        hidden = min(max(u // kv_block, 0), tiles - 1) + (1 if sq - 1 < u else 0)
+        count += max(0, partial - hidden)
     return count
 
 
