@@ -62,6 +62,22 @@ def test_the_mask_is_applied_to_the_diagonal_tiles_only(h100):
     assert map_op(_op(), h100)[0].vector_ops_per_cta == pytest.approx(5.5 * 8 * 128 * 64)  # no mask, 8 tiles
 
 
+def test_the_2022_triton_kernel_runs_its_own_softmax_and_masks_every_tile(h100):
+    # llm-foundry's flash_attn_triton.py, 128 x 128 tiles: 512 causal tokens are 4 blocks seeing
+    # 1 + 2 + 3 + 4 = 10 tiles, 2.5 tiles = 40,960 scores per CTA, every one of them masked (no
+    # diagonal special case). Forward: 4.5 softmax instructions + 128 / 128 for rescaling O + 3 for
+    # the mask (compare, select, add); backward: 6 + 2 (compare, select)
+    forward = map_op(_op(kernel="fused_unpipelined", causal=True), h100)[0]
+    assert (forward.tile.block_m, forward.tile.block_n, forward.grid) == (128, 128, 4)
+    assert forward.vector_ops_per_cta == pytest.approx((4.5 + 1.0 + 3.0) * 40_960)
+    backward = [p for p in map_op(_op("backward", kernel="fused_unpipelined", causal=True), h100)
+                if "unpipelined" in p.name][0]
+    assert backward.vector_ops_per_cta == pytest.approx((6.0 + 2.0) * 40_960)
+    # without a mask the instructions per score are the softmax's alone, over all 16 tiles
+    plain = map_op(_op(kernel="fused_unpipelined"), h100)[0]
+    assert plain.vector_ops_per_cta == pytest.approx(5.5 * 4 * 128 * 128)
+
+
 def _masked_tiles_by_pairs(op, forward, block, kv_block):
     """Reference count: every (own block, streamed tile) pair with a visible and a masked pair."""
     sq, skv = op.seq_len_q, op.seq_len_kv

@@ -44,6 +44,22 @@ BACKWARD_ALU_OPS_PER_SCORE = 4.0
 scale-and-subtract FMA of the exponent, dS = P (dP - D) (a subtract and a multiply), and half a pack
 each of P and dS into 16-bit operands for the products that read them from shared memory."""
 
+UNPIPELINED_FORWARD_ALU_OPS_PER_SCORE = 4.5
+"""The 2022 Triton kernel's forward FP32 instructions per score besides the exponential
+(flash_attn_triton.py ``_fwd_kernel``, no bias): the row maximum, the scale-and-subtract FMA, the
+multiply by log2(e) that ``tl.exp`` adds before its base-2 exponential, the row sum, and half a pack
+of P to 16 bits; rescaling O adds head_dim / kv_block per score, as in the other kernels."""
+
+UNPIPELINED_BACKWARD_ALU_OPS_PER_SCORE = 6.0
+"""The 2022 Triton kernel's backward FP32 instructions per score besides the exponential
+(``_bwd_kernel_one_col_block``, no bias): the scale-and-subtract FMA and the log2(e) multiply of
+``tl.exp``, dS = P (dP - D) x scale (a subtract and two multiplies), and half a pack each of P and dS."""
+
+UNPIPELINED_MASK_ALU_OPS_PER_SCORE = {True: 3.0, False: 2.0}
+"""The 2022 Triton kernel's causal mask, on every visible tile (it has no diagonal special case):
+forward ``qk += tl.where(q >= k, 0, -inf)`` (a compare, a select and an add), backward
+``qk = tl.where(q >= k, qk, -inf)`` (a compare and a select). Keyed by forward."""
+
 MASK_ALU_OPS_PER_SCORE = 2.0
 """FP32-pipe instructions per score of a tile that straddles a causal mask's diagonal: a compare of
 the score's column with its row's limit and a select of -inf (FlashAttention-2's
@@ -229,7 +245,15 @@ def _main_kernel(machine: Machine, op) -> KernelPlan:
     softmax_scores_per_cta = tiles_per_cta * own_len / blocks_per_head * kv_block
     products = 2 if forward else 5
     flop_per_cta = 2.0 * products * scores_per_cta * d
-    alu_per_score = FORWARD_ALU_OPS_PER_SCORE + d / kv_block if forward else BACKWARD_ALU_OPS_PER_SCORE
+    if stages == 1:  # the 2022 Triton kernel: its own softmax code, the causal mask on every tile
+        alu_per_score = (UNPIPELINED_FORWARD_ALU_OPS_PER_SCORE + d / kv_block if forward
+                         else UNPIPELINED_BACKWARD_ALU_OPS_PER_SCORE)
+        mask_per_score = UNPIPELINED_MASK_ALU_OPS_PER_SCORE[forward]
+        masked_tiles = visible_tiles_per_head(op, forward, block, kv_block) if op.causal else 0
+    else:
+        alu_per_score = FORWARD_ALU_OPS_PER_SCORE + d / kv_block if forward else BACKWARD_ALU_OPS_PER_SCORE
+        mask_per_score = MASK_ALU_OPS_PER_SCORE
+        masked_tiles = masked_tiles_per_head(op, forward, block, kv_block)
     matrix = uses_matrix_pipe(machine, dtype)
     # The softmax's FP32 instructions run in series with the products when the products' operands
     # and accumulators keep the register file busy: asynchronous MMA updating register accumulators
@@ -241,9 +265,8 @@ def _main_kernel(machine: Machine, op) -> KernelPlan:
     # its published 73 % of peak, where the series sum would give 72%.
     native_async = asynchronous and machine.native_mma_issuer != "warp"
     alu_in_series = matrix and (native_async or (not asynchronous and machine.warp_mma_fraction < 1.0))
-    masked_scores_per_cta = (masked_tiles_per_head(op, forward, block, kv_block) / blocks_per_head
-                             * own_len / blocks_per_head * kv_block)
-    alu_per_cta = (alu_per_score * softmax_scores_per_cta + MASK_ALU_OPS_PER_SCORE * masked_scores_per_cta
+    masked_scores_per_cta = masked_tiles / blocks_per_head * own_len / blocks_per_head * kv_block
+    alu_per_cta = (alu_per_score * softmax_scores_per_cta + mask_per_score * masked_scores_per_cta
                    if alu_in_series else 0.0)
     shared_operand = (shared_bytes_per_tile(machine, op, forward, block, kv_block, threads // machine.warp_size)
                       * tiles_per_cta if matrix and machine.kind == "gpu" else 0.0)
