@@ -55,10 +55,11 @@ UNPIPELINED_BACKWARD_ALU_OPS_PER_SCORE = 6.0
 (``_bwd_kernel_one_col_block``, no bias): the scale-and-subtract FMA and the log2(e) multiply of
 ``tl.exp``, dS = P (dP - D) x scale (a subtract and two multiplies), and half a pack each of P and dS."""
 
-UNPIPELINED_MASK_ALU_OPS_PER_SCORE = {True: 3.0, False: 2.0}
-"""The 2022 Triton kernel's causal mask, on every visible tile (it has no diagonal special case):
-forward ``qk += tl.where(q >= k, 0, -inf)`` (a compare, a select and an add), backward
-``qk = tl.where(q >= k, qk, -inf)`` (a compare and a select). Keyed by forward."""
+UNPIPELINED_FORWARD_MASK_ALU_OPS_PER_SCORE = 3.0
+UNPIPELINED_BACKWARD_MASK_ALU_OPS_PER_SCORE = 2.0
+"""The 2022 Triton kernel's causal mask, applied to every visible tile (it has no diagonal special
+case): forward ``qk += tl.where(q >= k, 0, -inf)`` (a compare, a select and an add), backward
+``qk = tl.where(q >= k, qk, -inf)`` (a compare and a select)."""
 
 MASK_ALU_OPS_PER_SCORE = 2.0
 """FP32-pipe instructions per score of a tile that straddles a causal mask's diagonal: a compare of
@@ -245,10 +246,11 @@ def _main_kernel(machine: Machine, op) -> KernelPlan:
     softmax_scores_per_cta = tiles_per_cta * own_len / blocks_per_head * kv_block
     products = 2 if forward else 5
     flop_per_cta = 2.0 * products * scores_per_cta * d
-    if stages == 1:  # the 2022 Triton kernel: its own softmax code, the causal mask on every tile
+    if op.kernel == "fused_unpipelined":  # the 2022 Triton kernel: its own softmax, the mask on every tile
         alu_per_score = (UNPIPELINED_FORWARD_ALU_OPS_PER_SCORE + d / kv_block if forward
                          else UNPIPELINED_BACKWARD_ALU_OPS_PER_SCORE)
-        mask_per_score = UNPIPELINED_MASK_ALU_OPS_PER_SCORE[forward]
+        mask_per_score = (UNPIPELINED_FORWARD_MASK_ALU_OPS_PER_SCORE if forward
+                          else UNPIPELINED_BACKWARD_MASK_ALU_OPS_PER_SCORE)
         masked_tiles = visible_tiles_per_head(op, forward, block, kv_block) if op.causal else 0
     else:
         alu_per_score = FORWARD_ALU_OPS_PER_SCORE + d / kv_block if forward else BACKWARD_ALU_OPS_PER_SCORE
