@@ -96,7 +96,7 @@ def _training_workload(case):
                  f"config.seq_len={case.seq_len}", f"config.vocab_size={MPT_VOCAB}", "config.bias=false",
                  "config.dropout=0", f"batch_size={case.micro_batch_size}", f"precision={precision}",
                  # ALiBi: no position-embedding table; the bias is added inside the attention kernel
-                 "config.position_embedding=none",
+                 "config.position_embedding=alibi",
                  f"gradient_accumulation_steps={case.grad_accum_steps}", f"parallelism.data={n}",
                  "parallelism.zero_stage=3",
                  f"activation_checkpointing={'full' if case.activation_checkpointing else 'none'}",

@@ -78,6 +78,20 @@ def test_the_2022_triton_kernel_runs_its_own_softmax_and_masks_every_tile(h100):
     assert plain.vector_ops_per_cta == pytest.approx(5.5 * 4 * 128 * 128)
 
 
+def test_an_alibi_bias_costs_its_instructions_per_score(h100):
+    # FlashAttention-2, 512 tokens, 128 x 64 tiles, no mask: 8 tiles x 128 x 64 = 65,536 scores per
+    # CTA at 3.5 + 128 / 64 softmax instructions, plus 2 for the bias (key index converted, an FMA)
+    plain = map_op(_op(), h100)[0]
+    biased = map_op(_op(score_bias=True), h100)[0]
+    assert plain.vector_ops_per_cta == pytest.approx(5.5 * 65_536)
+    assert biased.vector_ops_per_cta == pytest.approx(7.5 * 65_536)
+    # the 2022 Triton kernel adds its loaded bias row in one more instruction per score (causal:
+    # 10 of 16 tiles, 40,960 scores per CTA, all of them masked)
+    triton = map_op(_op(kernel="fused_unpipelined", causal=True, score_bias=True), h100)[0]
+    assert triton.vector_ops_per_cta == pytest.approx((4.5 + 1.0 + 1.0 + 3.0) * 40_960)
+    assert biased.flop_per_cta == plain.flop_per_cta  # the bias is not model FLOP
+
+
 def _masked_tiles_by_pairs(op, forward, block, kv_block):
     """Reference count: every (own block, streamed tile) pair with a visible and a masked pair."""
     sq, skv = op.seq_len_q, op.seq_len_kv

@@ -48,6 +48,26 @@ def test_eager_bidirectional_attention_adds_a_padding_mask_without_a_backward_ke
     assert not any("mask_fill" in name for name in nodes)
 
 
+def test_alibi_replaces_the_position_table_with_a_bias_on_the_scores():
+    """ALiBi (MPT, BLOOM): no position embedding; fused attention adds the bias in the kernel, eager
+    code in a kernel of its own between the scale and the causal mask, with no backward kernel (the
+    bias is not learned and x + b passes its gradient through)."""
+    items = ["config.position_embedding=alibi", "config.num_layers=1", f"batch_size={B}", "precision=fp32"]
+    fused = {n.name: n for n in _nodes("gpt2_large_train", items)}
+    assert not any("positions" in name for name in fused)
+    assert fused["layer0.attention"].op.score_bias
+    eager = {n.name: n for n in _nodes("gpt2_large_train", items + ["fusion=none"])}
+    order = [n for n in eager if n.startswith("layer0.attention_") and eager[n].phase == "forward"]
+    assert order[:4] == ["layer0.attention_qk", "layer0.attention_scale", "layer0.attention_alibi_add",
+                         "layer0.attention_mask_fill"]
+    scores_bytes = B * H * S * S * 4
+    add = eager["layer0.attention_alibi_add"]
+    assert add.bytes_written() == scores_bytes and add.bytes_read() >= scores_bytes
+    assert "layer0.attention_alibi_add.grad" not in eager
+    learned = {n.name for n in _nodes("gpt2_large_train", items[1:])}
+    assert "embedding.positions" in learned and not any("alibi" in name for name in learned)
+
+
 def test_fused_attention_has_no_separate_scale_or_mask_kernels():
     names = {n.name for n in _nodes("gpt2_large_train", ["config.num_layers=1"])}
     assert not any(name.endswith(("_scale", "_mask_fill", "_mask_add")) for name in names)

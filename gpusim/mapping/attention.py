@@ -61,6 +61,16 @@ UNPIPELINED_BACKWARD_MASK_ALU_OPS_PER_SCORE = 2.0
 case): forward ``qk += tl.where(q >= k, 0, -inf)`` (a compare, a select and an add), backward
 ``qk = tl.where(q >= k, qk, -inf)`` (a compare and a select)."""
 
+SCORE_BIAS_ALU_OPS_PER_SCORE = 2.0
+"""FP32-pipe instructions per score that add ALiBi's bias in FlashAttention-2 (csrc alibi.h, causal
+form): the key index converted to FP32 and an FMA with the head's slope (the row's part is the same
+for the whole row and cancels in the softmax)."""
+
+UNPIPELINED_SCORE_BIAS_ALU_OPS_PER_SCORE = 1.0
+"""The 2022 Triton kernel with a bias (``BIAS_TYPE == 'vector'``, MPT's ALiBi): ``qk * scale + bias``
+then ``exp(qk - m)`` where the unbiased path has one FMA, ``exp(qk * scale - m)``: one more
+instruction per score, forward and backward (the bias row it loads per tile is a few hundred bytes)."""
+
 MASK_ALU_OPS_PER_SCORE = 2.0
 """FP32-pipe instructions per score of a tile that straddles a causal mask's diagonal: a compare of
 the score's column with its row's limit and a select of -inf (FlashAttention-2's
@@ -252,10 +262,14 @@ def _main_kernel(machine: Machine, op) -> KernelPlan:
         mask_per_score = (UNPIPELINED_FORWARD_MASK_ALU_OPS_PER_SCORE if forward
                           else UNPIPELINED_BACKWARD_MASK_ALU_OPS_PER_SCORE)
         masked_tiles = visible_tiles_per_head(op, forward, block, kv_block) if op.causal else 0
+        bias_per_score = UNPIPELINED_SCORE_BIAS_ALU_OPS_PER_SCORE
     else:
         alu_per_score = FORWARD_ALU_OPS_PER_SCORE + d / kv_block if forward else BACKWARD_ALU_OPS_PER_SCORE
         mask_per_score = MASK_ALU_OPS_PER_SCORE
         masked_tiles = masked_tiles_per_head(op, forward, block, kv_block)
+        bias_per_score = SCORE_BIAS_ALU_OPS_PER_SCORE
+    if op.score_bias:
+        alu_per_score += bias_per_score
     matrix = uses_matrix_pipe(machine, dtype)
     # The softmax's FP32 instructions run in series with the products when the products' operands
     # and accumulators keep the register file busy: asynchronous MMA updating register accumulators

@@ -63,10 +63,12 @@ def _lower_attention(f: FwdOp, training: bool) -> list[FwdOp]:
     out = [FwdOp(f"{f.name}_qk", qk, saved_bytes=q_bytes + kv_bytes, recompute_group=group, kept_bytes=q_bytes + kv_bytes)]
     # eager code scales the scores (a matmul call has no alpha) and masks them in kernels of their
     # own: a causal mask with torch.where, an encoder's padding mask by adding it (BERT-style models
-    # add it even when nothing is padded)
-    steps = ("scale", "mask_fill") if op.causal else ("scale", "mask_add")
+    # add it even when nothing is padded); an ALiBi bias is added like a padding mask (MPT's torch
+    # attention: scale, add the bias, then mask)
+    steps = ("scale",) + (("alibi_add",) if op.score_bias else ()) + (("mask_fill",) if op.causal else ("mask_add",))
     for step in steps:
-        out.append(FwdOp(f"{f.name}_{step}", Elementwise(num_elements=softmax.elements(), function=step,
+        function = "mask_add" if step == "alibi_add" else step
+        out.append(FwdOp(f"{f.name}_{step}", Elementwise(num_elements=softmax.elements(), function=function,
                                                          dtype=softmax.dtype), saved_bytes=0.0, recompute_group=group))
     out.append(FwdOp(f"{f.name}_softmax", softmax, saved_bytes=probs_bytes, recompute_group=group))
     dropout = training and f.attention_dropout

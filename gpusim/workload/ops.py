@@ -98,7 +98,7 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
     _f("shift", 1, 1, 1),  # x + constant: its gradient passes through unchanged
     _f("cube", 1, 1, 2, backward="cube_backward", saves="input"),
     _f("mask_fill", 1, 1, 0, backward="mask_fill"),  # torch.where(mask, x, c): the mask is a broadcast buffer
-    _f("mask_add", 1, 1, 1),  # x + an additive (padding) mask broadcast over heads and queries
+    _f("mask_add", 1, 1, 1),  # x + an additive (padding) mask broadcast over heads and queries, or an ALiBi bias
     # FP8 quantization (Transformer Engine): scale and track amax (2 FLOP), write 1 byte per element;
     # the cast-transpose variant also writes the transposed FP8 copy the backward GEMMs read
     _f("fp8_cast", 1, 0, 2, extra_write_bytes_per_element=1.0),
@@ -476,6 +476,9 @@ class Attention(Op):
     kv_dtype: str | None = None
     """Dtype K and V are read in when it differs from ``dtype``: a decode step reading an FP8, INT8 or
     FP4 KV cache (the kernel dequantizes in registers and multiplies in ``dtype``)."""
+    score_bias: bool = False
+    """An additive bias on every score before the softmax (ALiBi's per-head linear bias): fused
+    kernels add it in registers, eager code in a kernel of its own."""
 
     def __post_init__(self) -> None:
         _positive(self, "batch", "heads", "seq_len_q", "seq_len_kv", "head_dim")
@@ -550,8 +553,8 @@ class Attention(Op):
         return self._q_bytes() + 2 * self._kv_bytes()
 
     def decompose(self) -> tuple[Op, ...]:
-        """The separate kernels of the unfused computation (full score matrix, mask applied in the
-        softmax kernel, 1/sqrt(d) folded into the first GEMM's alpha).
+        """The separate kernels of the unfused computation (full score matrix, mask and any score bias
+        applied in the softmax kernel, 1/sqrt(d) folded into the first GEMM's alpha).
 
         forward: S = Q K^T (batched Matmul), P = softmax(S), O = P V (batched Matmul).
         backward: dV = P^T dO, dP = dO V^T, dS = softmax_backward(P, dP), dQ = dS K, dK = dS^T Q.

@@ -1,7 +1,7 @@
 """Transformer builder for GPT, BERT, Llama and mixture-of-experts models.
 
 One builder covers the families through its settings: normalization (LayerNorm or RMSNorm) before
-or after each sub-block, GELU or gated (SwiGLU) MLPs, learned or rotary positions, biases, tied
+or after each sub-block, GELU or gated (SwiGLU) MLPs, learned, rotary or ALiBi positions, biases, tied
 input/output embeddings, grouped-query attention, and top-k routed experts. ``model:`` picks the
 family's defaults; every setting can be given in ``config:``.
 
@@ -53,7 +53,10 @@ class TransformerConfig(Spec):
     norm: Optional[Literal["layernorm", "rmsnorm"]] = None
     norm_position: Optional[Literal["pre", "post"]] = None
     activation: Optional[Literal["gelu", "gelu_new", "relu", "silu", "swiglu", "geglu"]] = None
-    position_embedding: Optional[Literal["learned", "rotary", "none"]] = None
+    position_embedding: Optional[Literal["learned", "rotary", "alibi", "none"]] = None
+    """``learned`` (a position table added to the tokens), ``rotary`` (RoPE on Q and K), ``alibi``
+    (Press et al. 2022, as MPT and BLOOM: no table, a per-head linear bias added to every attention
+    score inside the attention kernel) or ``none``."""
     bias: Optional[bool] = None
     tied_embeddings: Optional[bool] = None
     dropout: Optional[number(gt=None, ge=0.0, le=1.0)] = None
@@ -208,7 +211,8 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
                                 dtype=p.activation_dtype))
     cached = kv_dtype if reads_kv_cache and kv_dtype != p.attention_dtype else None
     att = Attention(batch=batch, heads=H, kv_heads=KV, seq_len_q=seq_q, seq_len_kv=seq_kv, head_dim=hd,
-                    causal=r.causal, dtype=p.attention_dtype, kernel=r.attention_kernel, kv_dtype=cached)
+                    causal=r.causal, dtype=p.attention_dtype, kernel=r.attention_kernel, kv_dtype=cached,
+                    score_bias=r.position_embedding == "alibi")
     o.add("attention", att, recompute_group="core_attention", kept_bytes=attention_kept_bytes(att),
           attention_dropout=r.dropout > 0)
     o.linear("proj", h, H * hd, bias=r.bias)
