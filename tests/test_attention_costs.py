@@ -78,6 +78,16 @@ def test_the_2022_triton_kernel_runs_its_own_softmax_and_masks_every_tile(h100):
     assert plain.vector_ops_per_cta == pytest.approx(5.5 * 4 * 128 * 128)
 
 
+def test_on_ampere_only_the_triton_kernel_runs_its_softmax_in_series(a100):
+    # FlashAttention-2's warps overlap one another's softmax with their products (no FP32 work in
+    # series); the 2022 Triton kernel's one CTA per SM moves through both in step: the same counts as
+    # on H100, (4.5 + 1 + 3) x 40,960 for 512 causal tokens
+    assert map_op(_op(causal=True), a100)[0].vector_ops_per_cta == 0.0
+    triton = map_op(_op(kernel="fused_unpipelined", causal=True), a100)[0]
+    assert triton.ctas_per_unit == 1
+    assert triton.vector_ops_per_cta == pytest.approx((4.5 + 1.0 + 3.0) * 40_960)
+
+
 def test_an_alibi_bias_costs_its_instructions_per_score(h100):
     # FlashAttention-2, 512 tokens, 128 x 64 tiles, no mask: 8 tiles x 128 x 64 = 65,536 scores per
     # CTA at 3.5 + 128 / 64 softmax instructions, plus 2 for the bias (key index converted, an FMA)

@@ -278,9 +278,14 @@ def _main_kernel(machine: Machine, op) -> KernelPlan:
     # the other warps' softmax instructions issue while a warp's products run. A hypothesis that fits
     # both references: on H100 the series sum gives the FlashAttention-3 paper's FlashAttention-2
     # and -3 forward rates within 10%; on A100 the overlap gives FlashAttention-2's forward 90% of
-    # its published 73 % of peak, where the series sum would give 72%.
+    # its published 73 % of peak, where the series sum would give 72%. The 2022 Triton kernel runs
+    # them in series everywhere: its one 8-warp CTA per SM stages every K and V block through shared
+    # memory behind barriers (num_stages=1), so its warps move through products and softmax in step
+    # and no other warps are in the other phase.
     native_async = asynchronous and machine.native_mma_issuer != "warp"
-    alu_in_series = matrix and (native_async or (not asynchronous and machine.warp_mma_fraction < 1.0))
+    warps_in_step = op.kernel == "fused_unpipelined"
+    alu_in_series = matrix and (native_async or warps_in_step
+                                or (not asynchronous and machine.warp_mma_fraction < 1.0))
     masked_scores_per_cta = masked_tiles / blocks_per_head * own_len / blocks_per_head * kv_block
     alu_per_cta = (alu_per_score * softmax_scores_per_cta + mask_per_score * masked_scores_per_cta
                    if alu_in_series else 0.0)
