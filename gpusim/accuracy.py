@@ -78,6 +78,13 @@ def _eager_loop_s(machine: Machine, kernel_s: float) -> float:
     return max(kernel_s + machine.graph_kernel_launch_s, machine.kernel_launch_s)
 
 
+def loop_calls(case) -> tuple[int, int] | None:
+    """(warm-up, timed) calls of a back-to-back loop row whose source states them, else None."""
+    if case.timed_calls is None:
+        return None
+    return case.warmup_calls, case.timed_calls
+
+
 def gpusim_dtype(dtype: str | None) -> str | None:
     """Measurement files name formats precisely (fp8_e4m3, fp8_e4m3fnuz); gpusim models fp8 as one."""
     if dtype and dtype.startswith("fp8"):
@@ -85,13 +92,36 @@ def gpusim_dtype(dtype: str | None) -> str | None:
     return dtype
 
 
-def _timed_kernel_s(machine: Machine, plan, timing_method: str) -> float:
+def loop_from_rest_s(machine: Machine, kernel, warmup_calls: int, timed_calls: int) -> float:
+    """Mean timed iteration of a back-to-back eager loop of one kernel (a
+    :class:`~gpusim.engine.kernel.KernelTiming`) that starts on a rested GPU: ``warmup_calls`` untimed
+    calls, then ``timed_calls`` timed ones. A power-limited card (calibration
+    ``sustained_clock_fraction`` r < 1) runs its first ``boost_window_s`` of busy time at the rated
+    clock, where the kernel's clocked work takes r times its sustained time (its DRAM traffic, in
+    another clock domain, does not speed up), and every call after that at the sustained clock the
+    efficiency fractions describe. Calls straddling the window's end count by the fraction inside it."""
+    cal = machine.calibration
+    sustained_s = _eager_loop_s(machine, kernel.time_s)
+    if cal.sustained_clock_fraction >= 1.0 or cal.boost_window_s <= 0.0:
+        return sustained_s
+    dram_s = kernel.dram_bytes / machine.dram_achievable_bytes_per_s
+    boosted_s = _eager_loop_s(machine, max(kernel.time_s * cal.sustained_clock_fraction, dram_s))
+    calls_in_window = cal.boost_window_s / boosted_s
+    timed_boosted = min(max(calls_in_window - warmup_calls, 0.0), float(timed_calls))
+    return (timed_boosted * boosted_s + (timed_calls - timed_boosted) * sustained_s) / timed_calls
+
+
+def _timed_kernel_s(machine: Machine, plan, timing_method: str, calls: tuple[int, int] | None = None) -> float:
     """What a measurement of one kernel sees: a profiler's kernel duration is the kernel alone;
     CUDA events around one launch add the device-side launch overhead; a back-to-back eager loop's
-    iteration is bounded by the host's launch cost; events around one eager framework call on an
-    idle GPU also see the host dispatch the device waits for (see :func:`_eager_call_s`)."""
-    kernel_s = simulate_kernel(plan, machine).time_s
+    iteration is bounded by the host's launch cost (and, where the loop's ``calls`` (warm-up, timed)
+    are known, starts from rest: see :func:`loop_from_rest_s`); events around one eager framework
+    call on an idle GPU also see the host dispatch the device waits for (see :func:`_eager_call_s`)."""
+    timing = simulate_kernel(plan, machine)
+    kernel_s = timing.time_s
     if timing_method == "loop_with_launch_gaps":
+        if calls is not None:
+            return loop_from_rest_s(machine, timing, *calls)
         return _eager_loop_s(machine, kernel_s)
     if timing_method == "profiler_kernel":
         return kernel_s
@@ -120,6 +150,17 @@ def matmul_flop(case) -> float:
     return 2.0 * case.m * case.n * case.k * (case.batch or 1)
 
 
+def matmul_plan(case, machine: Machine):
+    """The kernel plan of a matmul row: the published GEMMs multiply contiguous, untransposed tensors
+    (the op's default layout); where the source names the kernel the library ran, that kernel's tile."""
+    batch = case.batch or 1
+    dtype = gpusim_dtype(case.dtype)
+    strides = Matmul(m=case.m, n=case.n, k=case.k, batch=batch, dtype=dtype).row_strides_bytes()
+    return best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, batch, dtype, matmul_flop(case),
+                     row_strides_bytes=strides, tile=Tile.parse(case.kernel_tile) if case.kernel_tile else None,
+                     stream_k=case.library not in WHOLE_TILE_SCHEDULERS)
+
+
 def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
     """(simulated time or latency in seconds, roofline time in seconds or None) of one case."""
     op = case.op
@@ -128,13 +169,7 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
         dtype = gpusim_dtype(case.dtype)
         flop = matmul_flop(case)
         eb = DTYPE_BYTES[dtype]
-        # the published GEMMs multiply contiguous, untransposed tensors (the op's default layout)
-        strides = Matmul(m=case.m, n=case.n, k=case.k, batch=batch, dtype=dtype).row_strides_bytes()
-        # where the source names the kernel the library ran, simulate that kernel's tile
-        plan = best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, batch, dtype, flop,
-                         row_strides_bytes=strides, tile=Tile.parse(case.kernel_tile) if case.kernel_tile else None,
-                         stream_k=case.library not in WHOLE_TILE_SCHEDULERS)
-        t = _timed_kernel_s(machine, plan, case.timing_method)
+        t = _timed_kernel_s(machine, matmul_plan(case, machine), case.timing_method, loop_calls(case))
         peak = matrix_peak_flop_per_s(device, dtype, fp32_accumulate=True) \
             or vector_peak_flop_per_s(device, dtype)
         min_bytes = (case.m * case.k + case.k * case.n + case.m * case.n) * eb * batch

@@ -35,7 +35,8 @@ import re
 import statistics
 from dataclasses import dataclass, replace
 
-from gpusim.accuracy import COPY_BYTES, STREAM_KERNELS, _to_metric, gpusim_dtype, matmul_flop, simulate_case
+from gpusim.accuracy import (COPY_BYTES, STREAM_KERNELS, _to_metric, gpusim_dtype, loop_calls, loop_from_rest_s,
+                             matmul_flop, matmul_plan, simulate_case)
 from gpusim.config.library import load_hardware
 from gpusim.engine.kernel import simulate_kernel
 from gpusim.engine.machine import Calibration, machine_of
@@ -106,16 +107,37 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
     machine = _with_fitted(machine, memory, *MEMORY_FACTORS[1:])
     latency_factors = [f for f in memory if f.name != "dram_bandwidth_fraction"]  # the DRAM fraction is a rate factor
     out = _fit_rate_factors(machine, device, own) + latency_factors
+    # a description that names a sustained clock (a power-limited card) has it and its boost window
+    # refitted to the back-to-back loops whose rows count their calls
+    loops = [c for c in own if c.op == "matmul" and loop_calls(c) is not None] \
+        if recorded.sustained_clock_fraction < 1.0 else []
+
+    def boost_factors(fitted: list[FittedFactor]) -> list[FittedFactor]:
+        if len(loops) < MIN_BOOST_LOOP_CASES:
+            return []
+        fraction, window_s = fit_boost(_with_fitted(machine, fitted, *RATE_FACTORS, "gemm_wave_overhead_s"),
+                                       loops)
+        ids = tuple(c.case_id for c in loops)
+        return [FittedFactor("sustained_clock_fraction", fraction, len(loops), ids, "least-error fit"),
+                FittedFactor("boost_window_s", window_s, len(loops), ids, "least-error fit")]
+
+    boost = boost_factors(out)
     small_gemms = [c for c in own if c.op == "matmul" and matmul_flop(c) < LARGE_GEMM_FLOP]
     if len(small_gemms) >= MIN_WAVE_OVERHEAD_CASES:
-        # the wave overhead is fitted with the rate factors in place; the rate factors are then refitted
-        # with it (their large GEMMs pay it once per wave too) and it is fitted once more
+        # the wave overhead is fitted with the rate factors (and any boost) in place; the rate factors
+        # are then refitted with it (their large GEMMs pay it once per wave too), the boost refitted
+        # with both, and the overhead fitted once more
         for _ in range(2):
-            overhead = fit_gemm_wave_overhead_s(_with_fitted(machine, out, *RATE_FACTORS), device, small_gemms)
-            with_overhead = replace(machine, calibration=replace(machine.calibration, gemm_wave_overhead_s=overhead))
+            overhead = fit_gemm_wave_overhead_s(_with_fitted(machine, out + boost, *RATE_FACTORS, *BOOST_FACTORS),
+                                                device, small_gemms)
+            boosted = _with_fitted(machine, boost, *BOOST_FACTORS)
+            with_overhead = replace(boosted, calibration=replace(boosted.calibration, gemm_wave_overhead_s=overhead))
             out = _fit_rate_factors(with_overhead, device, own) + latency_factors
-        out.append(FittedFactor("gemm_wave_overhead_s", overhead, len(small_gemms),
-                                tuple(c.case_id for c in small_gemms), "least-error fit"))
+            overhead_factor = FittedFactor("gemm_wave_overhead_s", overhead, len(small_gemms),
+                                           tuple(c.case_id for c in small_gemms), "least-error fit")
+            boost = boost_factors(out + [overhead_factor])
+        out.append(overhead_factor)
+    out += boost
     small_copies = [c for c in own if c.op in ("memcpy_h2d", "memcpy_d2h")
                     and c.metric == "bytes_per_s" and (c.num_bytes or COPY_BYTES) < LARGE_STREAM_BYTES]
     if len(small_copies) >= MIN_COPY_OVERHEAD_CASES:
@@ -178,6 +200,30 @@ def _with_fitted(machine, factors: list[FittedFactor], *names: str):
     """``machine`` with the factors ``names`` of ``factors`` applied (those that were fitted)."""
     values = {f.name: f.value for f in factors if f.name in names}
     return replace(machine, calibration=replace(machine.calibration, **values))
+
+
+BOOST_FACTORS = ("sustained_clock_fraction", "boost_window_s")
+MIN_BOOST_LOOP_CASES = 4
+SUSTAINED_CLOCK_FRACTIONS = tuple(round(0.30 + 0.01 * i, 2) for i in range(71))
+BOOST_WINDOWS_S = tuple(round(0.5e-3 * i, 4) for i in range(101))
+
+
+def fit_boost(machine, cases) -> tuple[float, float]:
+    """The sustained clock fraction (0.30 to 1 in steps of 0.01) and boost window (0 to 50 ms in steps
+    of 0.5 ms) of a power-limited card that best fit back-to-back matmul loops run from rest (rows
+    that count their warm-up and timed calls): least mean |log(simulated / measured rate)|. Each
+    loop's kernel is simulated once at the sustained clock; the two factors then only decide which of
+    its calls ran at the rated clock (:func:`gpusim.accuracy.loop_from_rest_s`). Short loops fix the
+    fraction, loops that outlast the window bound the window from above."""
+    kernels = [(case, simulate_kernel(matmul_plan(case, machine), machine)) for case in cases]
+
+    def error(fraction: float, window_s: float) -> float:
+        m = replace(machine, calibration=replace(machine.calibration, sustained_clock_fraction=fraction,
+                                                 boost_window_s=window_s))
+        return statistics.fmean(abs(math.log(_to_metric(case, loop_from_rest_s(m, kernel, *loop_calls(case)))
+                                             / case.measured_value)) for case, kernel in kernels)
+
+    return min(((f, w) for f in SUSTAINED_CLOCK_FRACTIONS for w in BOOST_WINDOWS_S), key=lambda fw: error(*fw))
 
 
 MIN_COPY_OVERHEAD_CASES = 2
@@ -305,6 +351,8 @@ FACTOR_LABELS = {
     "dram_mixed_traffic_loss_fraction": "DRAM read/write mix loss",
     "cta_turnaround_cycles": "CTA turnaround",
     "dram_loaded_latency_slope": "DRAM loaded-latency slope",
+    "sustained_clock_fraction": "sustained clock",
+    "boost_window_s": "boost window",
 }
 """How a calibration ``source`` names each factor fitted from kernels (the built-in descriptions
 write ``<label> = median measured/simulated ratio of N case(s)`` for the rate factors,

@@ -43,7 +43,7 @@ TIMING_METHODS = frozenset({"kernel_only", "loop_with_launch_gaps", "profiler_ke
                             "eager_call_events"})
 COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "p2p_unidirectional", "p2p_bidirectional"})
 TRAINING_MODES = frozenset({"train", "inference", "decode", "prefill", "serve_throughput"})
-OPTIONAL_COLUMNS = frozenset({"block_bytes", "kernel_tile"})
+OPTIONAL_COLUMNS = frozenset({"block_bytes", "kernel_tile", "warmup_calls", "timed_calls"})
 """Columns added after the format was published: a file without them reads them as empty."""
 
 # Columns an op needs besides the measured value.
@@ -115,6 +115,11 @@ class KernelCase:
     kind: str
     confidence: str
     notes: str
+    warmup_calls: int | None
+    """A back-to-back loop (``loop_with_launch_gaps``): the untimed calls run before the timed ones,
+    where the source's script states it; with ``timed_calls``, the loop's busy time from rest."""
+    timed_calls: int | None
+    """A back-to-back loop: the calls the timer spans (the figure is their mean)."""
     excluded: bool
 
     @property
@@ -397,6 +402,15 @@ def _check_kernel(case: KernelCase, error: Callable[[str, str], ConfigError]) ->
             raise error("block_bytes", f"only L2-bandwidth rows have a per-block slice, not op {case.op}")
         if case.block_bytes == 0:
             raise error("block_bytes", "must be positive (empty = not stated)")
+    if (case.warmup_calls is None) != (case.timed_calls is None):
+        raise error("timed_calls" if case.timed_calls is None else "warmup_calls",
+                    "a loop's warmup_calls and timed_calls are given together or not at all")
+    if case.timed_calls is not None:
+        if case.timing_method != "loop_with_launch_gaps":
+            raise error("timed_calls", f"only back-to-back loops (loop_with_launch_gaps) count calls, "
+                                       f"not {case.timing_method}")
+        if case.timed_calls == 0:
+            raise error("timed_calls", "must be positive (empty = not stated)")
     if case.kernel_tile is not None:
         if case.op != "matmul":
             raise error("kernel_tile", f"only matmul rows name a GEMM tile, not op {case.op}")

@@ -33,7 +33,7 @@ SYSTEM_STEMS = {name for name, kind in KINDS.items() if kind == "system"}
 KERNEL_HEADER = (
     "case_id,gpu,op,variant,dtype,m,n,k,batch,rows,cols,num_elements,num_bytes,working_set_bytes,block_bytes,occupancy_fraction,"
     "measured_time_s,measured_flop_per_s,measured_bytes_per_s,measured_latency_s,metric,timing_method,library,kernel_tile,source,"
-    "kind,confidence,notes"
+    "kind,confidence,notes,warmup_calls,timed_calls"
 ).split(",")
 COMMUNICATION_HEADER = (
     "case_id,system,collective,algorithm,num_gpus,num_bytes,measured_time_s,measured_busbw_bytes_per_s,"

@@ -352,6 +352,13 @@ class CalibrationSpec(Spec):
     cta_turnaround_cycles: Optional[number(ge=0.0, le=1e5)] = None
     """Fixed lifetime of a streaming kernel's CTA besides its memory round trips (launch, issue,
     retirement) in SM clock cycles, as a store-only stream at low occupancy shows; unset = 0."""
+    sustained_clock_fraction: Optional[Fraction] = None
+    """Core clock a power-limited card holds under sustained GEMM load, as a share of its rated clock;
+    the efficiency fractions above describe that sustained state. Fitted (with ``boost_window_s``) for
+    descriptions that name it, to back-to-back loops of several lengths run from rest; unset = 1."""
+    boost_window_s: Optional[SecondsOrZero] = None
+    """Busy time a power-limited card, starting from rest, runs at its rated clock before its power
+    controller brings it down to ``sustained_clock_fraction`` of it; unset = 0."""
     dynamic_energy_factor: Optional[number(gt=0.0, le=10.0)] = None
     """Multiplier on every per-FLOP and per-byte energy of ``power.energy`` (the estimates), fitted so a
     large dense GEMM draws the board's TDP, as power-limited GPUs do under sustained tensor load."""

@@ -34,6 +34,11 @@ class Calibration:
     peer_link_fraction: float = 1.0
     in_switch_reduction_fraction: float = 1.0
     dynamic_energy_factor: float = 1.0
+    sustained_clock_fraction: float = 1.0
+    """Core clock a power-limited card holds under sustained load over its rated clock (the efficiency
+    fractions are fitted at it); 1 = never limited."""
+    boost_window_s: float = 0.0
+    """Busy time from rest the card runs at its rated clock before settling at the sustained one."""
     dram_loaded_latency_slope: float = 0.0
     """DRAM latency under load = idle latency x (1 + slope x utilization); 0 = the idle latency."""
     dram_mixed_traffic_loss_fraction: float = 0.0
