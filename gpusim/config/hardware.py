@@ -358,7 +358,9 @@ class CalibrationSpec(Spec):
     descriptions that name it, to back-to-back loops of several lengths run from rest; unset = 1."""
     boost_window_s: Optional[SecondsOrZero] = None
     """Busy time a power-limited card, starting from rest, runs at its rated clock before its power
-    controller brings it down to ``sustained_clock_fraction`` of it; unset = 0."""
+    controller brings it down to ``sustained_clock_fraction`` of it; unset = 0. Both apply where a
+    measured loop counts its calls (``gpusim accuracy``); workload simulations run at the sustained
+    clock throughout."""
     dynamic_energy_factor: Optional[number(gt=0.0, le=10.0)] = None
     """Multiplier on every per-FLOP and per-byte energy of ``power.energy`` (the estimates), fitted so a
     large dense GEMM draws the board's TDP, as power-limited GPUs do under sustained tensor load."""
