@@ -130,11 +130,10 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
         for _ in range(2):
             overhead = fit_gemm_wave_overhead_s(_with_fitted(machine, out + boost, *RATE_FACTORS, *BOOST_FACTORS),
                                                 device, small_gemms)
-            boosted = _with_fitted(machine, boost, *BOOST_FACTORS)
-            with_overhead = replace(boosted, calibration=replace(boosted.calibration, gemm_wave_overhead_s=overhead))
-            out = _fit_rate_factors(with_overhead, device, own) + latency_factors
             overhead_factor = FittedFactor("gemm_wave_overhead_s", overhead, len(small_gemms),
                                            tuple(c.case_id for c in small_gemms), "least-error fit")
+            with_overhead = _with_fitted(machine, boost + [overhead_factor], *BOOST_FACTORS, "gemm_wave_overhead_s")
+            out = _fit_rate_factors(with_overhead, device, own) + latency_factors
             boost = boost_factors(out + [overhead_factor])
         out.append(overhead_factor)
     out += boost
