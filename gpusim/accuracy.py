@@ -24,6 +24,7 @@ from gpusim.mapping import TRANSCENDENTAL_FUNCTIONS, best_gemm, map_op
 from gpusim.mapping.occupancy import REGISTER_BYTES, ctas_per_unit
 from gpusim.mapping.plan import Tile
 from gpusim.mapping.streaming import (elementwise_launch, framework_row_launch, row_launch, scalar_row_launch,
+                                      scalar_row_serial_instructions,
                                      streaming_plan)
 from gpusim.workload.ops import Attention, Matmul
 
@@ -300,11 +301,15 @@ def _scalar_rowwise_plan(case, machine: Machine):
         ctas, threads, in_flight = scalar_row_launch(case.rows, case.cols, dtype, loads_per_element=2)
         return streaming_plan(machine, "silu_and_mul", case.op, dtype, bytes_read=2.0 * n * eb, bytes_written=n * eb,
                               flop=4.0 * n, sfu_ops=float(n), num_ctas=ctas, threads_per_cta=threads,
-                              bytes_in_flight_per_thread=in_flight)
+                              bytes_in_flight_per_thread=in_flight,
+                              serial_warp_instructions_per_cta=scalar_row_serial_instructions(
+                                  "silu_and_mul", case.cols, machine.warp_size))
     ctas, threads, in_flight = scalar_row_launch(case.rows, case.cols, dtype, loads_per_element=1)
     return streaming_plan(machine, case.op, case.op, dtype, bytes_read=n * eb, bytes_written=n * eb, flop=4.0 * n,
                           sfu_ops=0.0, num_ctas=ctas, threads_per_cta=threads, bytes_in_flight_per_thread=in_flight,
-                          l2_reread_fraction=2.0)
+                          l2_reread_fraction=2.0,
+                          serial_warp_instructions_per_cta=scalar_row_serial_instructions(
+                              "norm", case.cols, machine.warp_size))
 
 
 def _unfused_rmsnorm_s(case, machine: Machine) -> float:

@@ -376,6 +376,25 @@ def test_stores_are_posted_and_travel_with_the_loads(tiny):
         assert estimate_kernel_s(plan(written), tiny) == pytest.approx(expected, rel=1e-12)
 
 
+def test_math_between_loads_adds_the_sms_issue_time_to_each_cta(tiny):
+    # The posted-stores kernel above (2 CTAs of one warp, 512 round trips of 1 us each) whose threads
+    # also compute between their loads: 4,000 warp instructions per CTA. One warp keeps one of the SM's
+    # 4 schedulers busy (1 instruction per cycle at 1 GHz), so each CTA lives 4 us longer.
+    from gpusim.engine.kernel import serial_issue_s
+    plan = streaming_plan(tiny, "scale", "elementwise", "fp32", bytes_read=2 * 65536.0, bytes_written=0.0,
+                          flop=0.0, sfu_ops=0.0, num_ctas=2, threads_per_cta=32, bytes_in_flight_per_thread=4.0,
+                          serial_warp_instructions_per_cta=4000.0)
+    expected = 1e-6 + 512e-6 + 4e-6
+    assert simulate_kernel(plan, tiny).time_s == pytest.approx(expected, rel=1e-12)
+    assert estimate_kernel_s(plan, tiny) == pytest.approx(expected, rel=1e-12)
+    assert simulate_kernel(plan, tiny).bound == "latency"
+    # CTAs on one SM share its schedulers once they fill them: 1-4 one-warp CTAs per SM each take
+    # 4 us; 8 per SM issue 32,000 instructions at 4 per cycle, so every CTA waits 8 us; 16 per SM, 16 us.
+    for count, seconds in ((2, 4e-6), (4, 4e-6), (8, 4e-6), (16, 8e-6), (32, 16e-6)):
+        assert serial_issue_s(plan, tiny, count) == pytest.approx(seconds, rel=1e-12)
+    assert serial_issue_s(replace(plan, serial_warp_instructions_per_cta=0.0), tiny, 32) == 0.0
+
+
 def test_cta_turnaround_bounds_store_only_ctas(tiny):
     # Two CTAs (one per SM) that only store 128 B each: nothing waits for DRAM, but each CTA lives its
     # calibrated turnaround, 5,000 cycles at 1 GHz = 5 us (the 256 B take 0.26 us at 1 GB/s), after the

@@ -43,6 +43,21 @@ def test_scalar_rowwise_norm_is_never_faster_than_the_vectorized_kernel(cases, t
         assert t_scalar >= 4 * machine.l2_latency_s
 
 
+def test_scalar_row_kernels_issue_their_compiled_instructions_between_loads(cases):
+    # 43 instructions per element for silu_and_mul, 24 for rms_norm (SASS counts), one warp
+    # instruction per 32 elements: 11008 / 32 x 43 and 4096 / 32 x 24 per CTA (one CTA per token).
+    desc = load_hardware("a100_sxm4_80gb")
+    machine = machine_of(desc)
+    silu = _memory_plan(cases["a100_vidur_llama2_7b_silu_mul_1024tok"], machine)
+    norm = _memory_plan(cases["a100_vidur_llama2_7b_rmsnorm_1024tok"], machine)
+    assert silu.serial_warp_instructions_per_cta == 11008 / 32 * 43
+    assert norm.serial_warp_instructions_per_cta == 4096 / 32 * 24
+    # and that time is not hidden: without it the same kernels are faster
+    for plan in (silu, norm):
+        hidden = replace(plan, serial_warp_instructions_per_cta=0.0)
+        assert simulate_kernel(plan, machine).time_s > simulate_kernel(hidden, machine).time_s
+
+
 def test_silu_mul_rowwise_needs_its_row_shape(cases):
     desc = load_hardware("a100_sxm4_80gb")
     machine = machine_of(desc)

@@ -12,7 +12,9 @@ Per CTA, the model has
   as fluid flows;
 * latency: a CTA can keep only ``bytes_in_flight`` of loads outstanding, so it makes one round trip
   of the average latency per ``bytes_in_flight`` it loads (Little's law; its stores are posted and
-  travel with those trips, and a streaming CTA also lives a calibrated turnaround); and every wave of a GEMM-like kernel first waits
+  travel with those trips, and a streaming CTA also lives a calibrated turnaround, plus, where its
+  threads compute between their loads, the issue time of its SM's instructions meanwhile); and every
+  wave of a GEMM-like kernel first waits
   one DRAM latency to fill its pipeline plus the description's calibrated fixed cost per wave
   (streaming kernels pay the latency once) and, after its main loop,
   drains its output tiles (at L2 bandwidth, plus one L2 latency) before the next wave's CTAs start;
@@ -179,12 +181,27 @@ def cta_turnaround_s(plan: KernelPlan, machine: Machine) -> float:
     return 0.0 if plan.prologue_per_wave else machine.calibration.cta_turnaround_cycles / machine.unit_clock_hz
 
 
+def serial_issue_s(plan: KernelPlan, machine: Machine, count) -> float:
+    """Seconds a CTA spends issuing its ``serial_warp_instructions_per_cta`` when ``count`` CTAs run
+    (scalar or array): no load of its SM's warps is in flight meanwhile, so this adds to its lifetime.
+    Each scheduler issues one warp instruction per cycle, and the SM's resident CTAs share them."""
+    if plan.serial_warp_instructions_per_cta <= 0:
+        return 0.0
+    per_busiest_unit = np.minimum(np.maximum(1.0, np.ceil(np.asarray(count, dtype=np.float64) / machine.num_units)),
+                                  plan.ctas_per_unit)
+    warps = math.ceil(plan.threads_per_cta / machine.warp_size)
+    share = np.minimum(1.0, per_busiest_unit * warps / machine.num_schedulers_per_unit)
+    unit_rate = machine.num_schedulers_per_unit * machine.unit_clock_hz * share
+    return plan.serial_warp_instructions_per_cta * per_busiest_unit / unit_rate
+
+
 def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_cta: float,
                 llc_bytes_per_cta: float = 0.0) -> CtaProfile:
     compute_s, in_flight, limiter = _cta_compute_and_in_flight(plan, machine, count)
     cost = float(dram_capacity_per_byte(plan, machine, dram_bytes_per_cta))
     latency_cap = float(_latency_cap_rate(in_flight, plan.l2_bytes_per_cta, dram_bytes_per_cta, machine, count,
-                                          llc_bytes_per_cta, plan.store_bytes_per_cta, cta_turnaround_s(plan, machine),
+                                          llc_bytes_per_cta, plan.store_bytes_per_cta,
+                                          cta_turnaround_s(plan, machine) + float(serial_issue_s(plan, machine, count)),
                                           cost))
     return CtaProfile(count=count, compute_s=compute_s, l2_bytes=plan.l2_bytes_per_cta,
                       dram_bytes=dram_bytes_per_cta, latency_cap_rate=latency_cap, compute_limiter=limiter,
@@ -321,7 +338,8 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(compute > 0, 1.0 / compute, np.inf)
         rate = np.minimum(rate, _latency_cap_rate(in_flight, l2, dram, machine, counts, llc, plan.store_bytes_per_cta,
-                                                  cta_turnaround_s(plan, machine), cost))
+                                                  cta_turnaround_s(plan, machine) + serial_issue_s(plan, machine, counts),
+                                                  cost))
         rate = np.minimum(rate, np.where(dram > 0, machine.dram_achievable_bytes_per_s / (counts * dram * cost), np.inf))
         if plan.wave_llc_bytes:
             rate = np.minimum(rate, np.where(llc > 0, machine.llc_achievable_bytes_per_s / (counts * llc), np.inf))

@@ -142,6 +142,12 @@ class KernelPlan:
     load_waits_per_cta: float = 0.0
     """Memory round trips a CTA without software pipelining (``tile.num_stages`` 1) waits for in
     turn: one for every block it loads just before using it (0 for pipelined kernels)."""
+    serial_warp_instructions_per_cta: float = 0.0
+    """Warp instructions a streaming CTA issues while none of its loads are in flight: a kernel whose
+    threads load one element, compute on it, then load the next (the first-generation vLLM row
+    kernels, :func:`gpusim.mapping.streaming.scalar_row_launch`). The warps of an SM then wait for
+    their loads together and share its schedulers afterwards, so every CTA lives the issue time of
+    the instructions of all the CTAs on its SM besides its round trips (0: loads overlap the math)."""
 
     @property
     def pipelined(self) -> bool:

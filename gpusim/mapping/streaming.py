@@ -17,13 +17,15 @@ VECTOR_LOAD_BYTES = 16
 def streaming_plan(machine: Machine, name: str, op_kind: str, dtype: str, *, bytes_read: float,
                    bytes_written: float, flop: float, sfu_ops: float, num_ctas: int, threads_per_cta: int,
                    bytes_in_flight_per_thread: float, registers_per_thread: int = 32,
-                   shared_bytes_per_cta: int = 0, l2_reread_fraction: float = 0.0) -> KernelPlan:
+                   shared_bytes_per_cta: int = 0, l2_reread_fraction: float = 0.0,
+                   serial_warp_instructions_per_cta: float = 0.0) -> KernelPlan:
     """A kernel whose CTAs each stream an equal share of the data once.
 
     ``l2_reread_fraction`` is extra L2 traffic (as a fraction of bytes read) for kernels that make
     several passes over their row (softmax max/sum passes, layernorm statistics). The row stays on
     chip only while the data of all resident CTAs fits in L2: the re-reads that miss
-    (:func:`reread_miss_fraction`) go to DRAM too.
+    (:func:`reread_miss_fraction`) go to DRAM too. ``serial_warp_instructions_per_cta`` is for kernels
+    whose threads compute between their loads (see :class:`KernelPlan`).
     """
     num_ctas = max(1, int(num_ctas))
     threads = min(threads_per_cta, machine.max_threads_per_cta)
@@ -60,6 +62,7 @@ def streaming_plan(machine: Machine, name: str, op_kind: str, dtype: str, *, byt
         wave_dram_bytes=waves,
         prologue_per_wave=False,
         useful_flop=flop,
+        serial_warp_instructions_per_cta=serial_warp_instructions_per_cta,
     )
 
 
@@ -132,3 +135,21 @@ def scalar_row_launch(rows: int, cols: int, dtype: str, loads_per_element: int) 
     and csrc/activation_kernels.cu): Little's law then caps their bandwidth far below DRAM's."""
     eb = DTYPE_BYTES[dtype]
     return max(1, int(rows)), min(int(cols), SCALAR_ROW_MAX_THREADS), float(loads_per_element * eb)
+
+
+SCALAR_ROW_INSTRUCTIONS_PER_ELEMENT = {"silu_and_mul": 43, "norm": 24}
+"""Instructions each thread of a first-generation vLLM row kernel issues per element of its row, as
+counted in the SASS of an equivalent kernel compiled for sm_80 by nvcc 13.0 (the loop bodies, the
+IEEE division on its fast path). ``silu_and_mul``: 43 (two 16-bit loads, the IEEE ``expf`` around
+one MUFU.EX2, the division around one MUFU.RCP, conversions, 64-bit index arithmetic, the store and
+the loop test; 42 for sm_90). ``norm`` (``rms_norm``): 24, 9 in the loop that sums the squares and
+15 in the loop that scales, multiplies by the weight and stores; the block reduction between them,
+a few dozen per thread, is left out."""
+
+
+def scalar_row_serial_instructions(kernel: str, cols: int, warp_size: int) -> float:
+    """Warp instructions one CTA of a scalar row kernel (:func:`scalar_row_launch`) issues between its
+    loads: :data:`SCALAR_ROW_INSTRUCTIONS_PER_ELEMENT` for each of the row's ``cols`` elements, one
+    warp instruction serving ``warp_size`` of them. Each thread waits for its element's loads before
+    computing on it and issues the next loads only after, so none of this overlaps its own loads."""
+    return SCALAR_ROW_INSTRUCTIONS_PER_ELEMENT[kernel] * cols / warp_size
