@@ -85,3 +85,45 @@ def test_library_rows_load_as_measurements_and_pin_the_named_tile(h100, tmp_path
     for case in cases.values():
         seconds, _ = simulate_case(case, h100, device)
         assert seconds > 0
+
+
+def test_fp8_probes_run_only_where_fp8_tensor_cores_exist():
+    fp8 = [p for p in L.LIBRARY_PROBES if p.dtype == "fp8_e4m3"]
+    assert [p.k for p in fp8] == [512, 1024, 2048, 4096, 8192, 16384]
+    assert all((p.m, p.n) == (8192, 8192) for p in fp8)
+    # the BF16 sweep at the same output shape, whose 8192 point is the BF16 square
+    bf16_k = {p.k for p in L.LIBRARY_PROBES if p.dtype == "bf16" and (p.m, p.n) == (8192, 8192)}
+    assert bf16_k == {512, 1024, 2048, 4096, 8192, 16384}
+    for capability, with_fp8 in (("7.0", False), ("8.0", False), ("8.6", False), ("8.9", True), ("9.0", True),
+                                 ("10.0", True)):
+        kept = L.supported_probes(L.LIBRARY_PROBES, capability)
+        assert (len(kept) == len(L.LIBRARY_PROBES)) is with_fp8
+        assert len(kept) == len(L.LIBRARY_PROBES) - (0 if with_fp8 else len(fp8))
+
+
+def test_fp8_rotations_count_one_byte_operands_and_a_bf16_output():
+    # 4096 x 4096 x 1024 FP8: A and B 4 MiB each, the BF16 output 32 MiB; twice a 50 MiB L2 -> 3 sets
+    assert L.rotations_for(L.LibraryProbe(4096, 4096, 1024, "fp8_e4m3"), 50 * 2**20) == 3
+
+
+def test_fp8_rows_name_the_scaled_mm_call_and_simulate(h100, tmp_path):
+    from gpusim.commands.measure import execute_library
+
+    kernel = ("sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_tilesize128x256x128_warpgroupsize2x1x1_"
+              "execute_segment_k_off_kernel__5x_cublas")
+
+    def runner(probes, num_warmups, num_repeats, l2_bytes, progress):
+        return [L.LibraryResult(p, (2.0e-4, 1.0e-4, 3.0e-4), ((kernel, 95e-6),), num_warmups, 1) for p in probes]
+
+    probe = L.LibraryProbe(8192, 8192, 2048, "fp8_e4m3")
+    provenance = {"gpu_name": "NVIDIA H100 80GB HBM3", "gpusim_version": "x", "date": "2026-11-26",
+                  "torch_version": "2.5", "torch_cuda_version": "12.4", "l2_bytes": 50 * 2**20}
+    execute_library([probe], h100, "h100_sxm5_80gb", provenance, tmp_path, runner, 3, 3)
+    (case,) = load_kernel_cases(tmp_path / "library.csv")
+    assert case.case_id == "h100_sxm5_80gb_torch_fp8_e4m3_mm_8192x8192x2048"
+    assert case.dtype == "fp8_e4m3" and case.measured_time_s == pytest.approx(2.0e-4)
+    assert "torch._scaled_mm" in case.notes and "BF16 output" in case.notes
+    assert case.kernel_tile is not None and case.kernel_tile.startswith("128x256x128_")
+    seconds, _ = simulate_case(case, h100, load_hardware("h100_sxm5_80gb").gpu)
+    # 2 x 8192^2 x 2048 FLOP cannot beat the H100's dense FP8 peak (1,979 TFLOP/s)
+    assert seconds > 2 * 8192**2 * 2048 / 1979e12

@@ -35,8 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        epilog="Example: gpusim measure --suite micro --suite kernels --out measurements")
     p.add_argument("--suite", action="append", required=True, choices=SUITE_NAMES,
                    help="micro (pointer chase, stream, L2, FMA, host copies), kernels (GEMM, elementwise, "
-                        "softmax, layernorm, reduction, attention) or library (torch.mm through cuBLAS: "
-                        "time and the kernels it ran; needs PyTorch); repeatable")
+                        "softmax, layernorm, reduction, attention) or library (torch.mm and, for FP8, "
+                        "torch._scaled_mm: time and the kernels it ran; needs PyTorch); repeatable")
     p.add_argument("--out", default="measurements", metavar="DIR",
                    help="parent folder; files go to DIR/<gpu>/ (default: measurements)")
     p.add_argument("--hardware", default=None, metavar="NAME_OR_PATH",
@@ -132,7 +132,7 @@ def execute_library(probes, machine, gpu: str, provenance: dict[str, Any], out_d
 
 
 def _cmd_library(args: argparse.Namespace) -> int:
-    from gpusim.cuda_backend.library import (LIBRARY_PROBES, run_library_probes, torch_provenance,
+    from gpusim.cuda_backend.library import (LIBRARY_PROBES, run_library_probes, supported_probes, torch_provenance,
                                              torch_unavailable_reason)
     from gpusim.cuda_backend.measure import base_provenance, folder_name, gpu_stem
     from gpusim.cuda_backend.plans import load_machine
@@ -152,7 +152,8 @@ def _cmd_library(args: argparse.Namespace) -> int:
     def progress(probe, result) -> None:
         print(f"{probe.case_id(stem):<44} median {result.median_s:.4g} s  {result.gemm_kernel or ''}", file=sys.stderr)
 
-    written = execute_library(LIBRARY_PROBES, load_machine(stem), stem, provenance,
+    probes = supported_probes(LIBRARY_PROBES, device["compute_capability"])
+    written = execute_library(probes, load_machine(stem), stem, provenance,
                               Path(args.out) / folder_name(device["gpu_name"]), run_library_probes, args.warmups,
                               args.repeats, progress)
     for path in written:

@@ -7,7 +7,8 @@ suite runs ``torch.mm`` (cuBLAS) on a sweep of shapes and dtypes, times each cal
 with ``torch.profiler`` to get the names and durations of the kernels it launched, and writes rows in
 the published kernels.csv format whose ``kernel_tile`` is the tile the GEMM kernel's name states
 (:func:`gpusim.mapping.kernel_names.tile_of_kernel_name`). ``gpusim accuracy --measurements`` then
-simulates the kernel the library ran, and the name of every kernel is in the row's notes.
+simulates the kernel the library ran, and the name of every kernel is in the row's notes. FP8
+products run ``torch._scaled_mm`` (cuBLASLt), on GPUs that have FP8 tensor cores only.
 
 Only :func:`run_library_probes` needs PyTorch and a GPU; everything else runs anywhere.
 """
@@ -20,13 +21,18 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from gpusim.engine.machine import Machine
-from gpusim.mapping.gemm import tile_misfit_reason
+from gpusim.accuracy import gpusim_dtype
+from gpusim.mapping.gemm import output_bytes_per_element, tile_misfit_reason
 from gpusim.mapping.kernel_names import tile_of_kernel_name
 from gpusim.measurements import KernelCase, columns
 from gpusim.workload.ops import DTYPE_BYTES
 
-LIBRARY_DTYPES = ("fp32", "tf32", "fp16", "bf16")
-"""``fp32`` runs with TF32 disabled (CUDA-core SGEMM); ``tf32`` is FP32 data with TF32 tensor cores allowed."""
+LIBRARY_DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8_e4m3")
+"""``fp32`` runs with TF32 disabled (CUDA-core SGEMM); ``tf32`` is FP32 data with TF32 tensor cores allowed;
+``fp8_e4m3`` multiplies E4M3 operands with per-tensor scales into a BF16 output (``torch._scaled_mm``)."""
+
+FP8_MIN_COMPUTE_CAPABILITY = (8, 9)
+"""FP8 tensor cores (and ``torch._scaled_mm``) start with Ada (8.9) and Hopper (9.0)."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,11 @@ LIBRARY_PROBES: tuple[LibraryProbe, ...] = tuple(
     + _squares("fp32", (512, 1024, 2048, 4096))
     # short k: is the epilogue of each wave hidden under the next wave's math?
     + [LibraryProbe(4096, 4096, k, "bf16") for k in (256, 512)]
+    # a k sweep at one 8192 x 8192 output, BF16 and FP8: a per-tile cost that the next tile's math does
+    # not hide (the epilogue) takes time that does not shrink with k. End-to-end FP8 runs are simulated
+    # too fast where their GEMMs have k = 2048-4096 (README, "Multi-GPU accuracy")
+    + [LibraryProbe(8192, 8192, k, "bf16") for k in (512, 1024, 2048, 4096, 16384)]
+    + [LibraryProbe(8192, 8192, k, "fp8_e4m3") for k in (512, 1024, 2048, 4096, 8192, 16384)]
     # N % 16 == 8 and its neighbours (the RTX 4090 rows whose profile named a CUTLASS 64x64 kernel)
     + [LibraryProbe(2048, n, 2048, "bf16") for n in (2040, 2056, 2072)]
     # batch-1 decode: GEMV-shaped products
@@ -106,10 +117,13 @@ def library_rows(results: list[LibraryResult], gpu: str, provenance: dict[str, A
                    k=probe.k, batch=1, measured_time_s=t, measured_flop_per_s=probe.flop / t, metric="time_s",
                    timing_method="kernel_only", library="torch", source=source, kind="M", confidence="A")
         kernel = result.gemm_kernel
-        tile = tile_of_kernel_name(kernel, machine, probe.dtype) if kernel else None
-        if tile is not None and tile_misfit_reason(machine, probe.dtype, tile) is None:
+        dtype = gpusim_dtype(probe.dtype)
+        tile = tile_of_kernel_name(kernel, machine, dtype) if kernel else None
+        if tile is not None and tile_misfit_reason(machine, dtype, tile) is None:
             row["kernel_tile"] = tile.label()
-        notes = [f"torch.mm, row-major operands; median of {len(result.times_s)} CUDA-event-timed calls after "
+        call = ("torch._scaled_mm, E4M3 A row-major times B column-major (as cuBLASLt requires), per-tensor "
+                "scales of 1, BF16 output" if probe.dtype.startswith("fp8") else "torch.mm, row-major operands")
+        notes = [f"{call}; median of {len(result.times_s)} CUDA-event-timed calls after "
                  f"{result.num_warmups} warm-ups (min {min(result.times_s):.6g} s, max {max(result.times_s):.6g} s); "
                  f"{result.num_rotations} rotating input set(s)"]
         if probe.dtype == "fp32":
@@ -129,8 +143,18 @@ def library_rows(results: list[LibraryResult], gpu: str, provenance: dict[str, A
 def rotations_for(probe: LibraryProbe, l2_bytes: float, max_sets: int = 8) -> int:
     """Input sets to cycle through so that consecutive calls do not find their operands in L2: enough
     to span twice the L2, at most ``max_sets``."""
-    per_set = (probe.m * probe.k + probe.k * probe.n + probe.m * probe.n) * DTYPE_BYTES[probe.dtype]
+    dtype = gpusim_dtype(probe.dtype)
+    per_set = ((probe.m * probe.k + probe.k * probe.n) * DTYPE_BYTES[dtype]
+               + probe.m * probe.n * output_bytes_per_element(dtype))
     return max(1, min(max_sets, math.ceil(2.0 * l2_bytes / per_set)))
+
+
+def supported_probes(probes, compute_capability: str) -> list[LibraryProbe]:
+    """The probes a GPU of ``compute_capability`` ("major.minor") can run: FP8 ones need FP8 tensor
+    cores (:data:`FP8_MIN_COMPUTE_CAPABILITY`)."""
+    major, minor = (int(part) for part in compute_capability.split(".")[:2])
+    fp8 = (major, minor) >= FP8_MIN_COMPUTE_CAPABILITY
+    return [p for p in probes if fp8 or not p.dtype.startswith("fp8")]
 
 
 def torch_unavailable_reason() -> str | None:
@@ -162,6 +186,35 @@ def _kernel_seconds(event) -> float:
     return float(micros) * 1e-6
 
 
+def _torch_product(torch, probe: LibraryProbe):
+    """(a function making one operand set on the GPU, the call that multiplies a set) for ``probe``:
+    ``torch.mm`` into a preallocated output, or for FP8 ``torch._scaled_mm`` of an E4M3 row-major A by
+    a column-major B (cuBLASLt's FP8 layout) with per-tensor scales of 1 into BF16."""
+    if probe.dtype.startswith("fp8"):
+        fp8 = torch.float8_e4m3fn
+        one = torch.ones((), device="cuda", dtype=torch.float32)
+
+        def make_fp8_set():
+            return (torch.randn(probe.m, probe.k, device="cuda").to(fp8),
+                    torch.randn(probe.n, probe.k, device="cuda").to(fp8).t())
+
+        def scaled_mm(a, b):
+            torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+        return make_fp8_set, scaled_mm
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(probe.dtype, torch.float32)
+
+    def make_set():
+        return (torch.randn(probe.m, probe.k, device="cuda", dtype=dtype),
+                torch.randn(probe.k, probe.n, device="cuda", dtype=dtype),
+                torch.empty(probe.m, probe.n, device="cuda", dtype=dtype))
+
+    def mm(a, b, c):
+        torch.mm(a, b, out=c)
+
+    return make_set, mm
+
+
 def run_library_probes(probes, num_warmups: int, num_repeats: int, l2_bytes: float,
                        progress: Callable[[LibraryProbe, LibraryResult], None] | None = None) -> list[LibraryResult]:
     """Run every probe on GPU 0 with PyTorch (see the module docstring)."""
@@ -171,27 +224,22 @@ def run_library_probes(probes, num_warmups: int, num_repeats: int, l2_bytes: flo
     results = []
     for probe in probes:
         torch.backends.cuda.matmul.allow_tf32 = probe.dtype == "tf32"
-        dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(probe.dtype, torch.float32)
-        sets = [(torch.randn(probe.m, probe.k, device="cuda", dtype=dtype),
-                 torch.randn(probe.k, probe.n, device="cuda", dtype=dtype),
-                 torch.empty(probe.m, probe.n, device="cuda", dtype=dtype))
-                for _ in range(rotations_for(probe, l2_bytes))]
+        make_set, call = _torch_product(torch, probe)
+        sets = [make_set() for _ in range(rotations_for(probe, l2_bytes))]
         for i in range(num_warmups):
-            a, b, c = sets[i % len(sets)]
-            torch.mm(a, b, out=c)
+            call(*sets[i % len(sets)])
         torch.cuda.synchronize()
         times = []
         for i in range(num_repeats):
-            a, b, c = sets[i % len(sets)]
+            operands = sets[i % len(sets)]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            torch.mm(a, b, out=c)
+            call(*operands)
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) * 1e-3)
-        a, b, c = sets[0]
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            torch.mm(a, b, out=c)
+            call(*sets[0])
             torch.cuda.synchronize()
         kernels = tuple((e.name, _kernel_seconds(e)) for e in prof.events()
                         if str(getattr(e, "device_type", "")).endswith("CUDA"))
