@@ -65,7 +65,7 @@ LIBRARY_PROBES: tuple[LibraryProbe, ...] = tuple(
     + [LibraryProbe(4096, 4096, k, "bf16") for k in (256, 512)]
     # a k sweep at one 8192 x 8192 output, BF16 and FP8: a per-tile cost that the next tile's math does
     # not hide (the epilogue) takes time that does not shrink with k. End-to-end FP8 runs are simulated
-    # too fast where their GEMMs have k = 2048-4096 (README, "Multi-GPU accuracy")
+    # too fast where their GEMMs have k = 2048-4096 (README, the llm-foundry and NeMo FP8 runs)
     + [LibraryProbe(8192, 8192, k, "bf16") for k in (512, 1024, 2048, 4096, 16384)]
     + [LibraryProbe(8192, 8192, k, "fp8_e4m3") for k in (512, 1024, 2048, 4096, 8192, 16384)]
     # N % 16 == 8 and its neighbours (the RTX 4090 rows whose profile named a CUTLASS 64x64 kernel)
