@@ -76,11 +76,15 @@ class CtaProfile:
         return "compute"
 
 
+def _ctas_on_busiest_unit(plan: KernelPlan, machine: Machine, count: int) -> int:
+    """CTAs resident on the busiest SM when ``count`` CTAs run (the SMs are filled evenly)."""
+    return min(max(1, math.ceil(count / machine.num_units)), plan.ctas_per_unit)
+
+
 def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -> tuple[float, float, str]:
     """(compute seconds of one CTA, its bytes in flight, what sets the compute seconds) when ``count``
     CTAs are resident."""
-    per_busiest_unit = max(1, math.ceil(count / machine.num_units))
-    per_busiest_unit = min(per_busiest_unit, plan.ctas_per_unit)
+    per_busiest_unit = _ctas_on_busiest_unit(plan, machine, count)
     warps = math.ceil(plan.threads_per_cta / machine.warp_size)
     issue_share = machine.issue_share(per_busiest_unit * warps)
     if plan.pipe == "matrix":
@@ -181,18 +185,16 @@ def cta_turnaround_s(plan: KernelPlan, machine: Machine) -> float:
     return 0.0 if plan.prologue_per_wave else machine.calibration.cta_turnaround_cycles / machine.unit_clock_hz
 
 
-def serial_issue_s(plan: KernelPlan, machine: Machine, count) -> float:
-    """Seconds a CTA spends issuing its ``serial_warp_instructions_per_cta`` when ``count`` CTAs run
-    (scalar or array): no load of its SM's warps is in flight meanwhile, so this adds to its lifetime.
-    Each scheduler issues one warp instruction per cycle, and the SM's resident CTAs share them."""
+def serial_issue_s(plan: KernelPlan, machine: Machine, count: int) -> float:
+    """Seconds a CTA spends issuing its ``serial_warp_instructions_per_cta`` when ``count`` CTAs run:
+    no load of its SM's warps is in flight meanwhile, so this adds to its lifetime. Each scheduler that
+    has a warp issues one warp instruction per cycle, and the SM's resident CTAs share them."""
     if plan.serial_warp_instructions_per_cta <= 0:
         return 0.0
-    per_busiest_unit = np.minimum(np.maximum(1.0, np.ceil(np.asarray(count, dtype=np.float64) / machine.num_units)),
-                                  plan.ctas_per_unit)
-    warps = math.ceil(plan.threads_per_cta / machine.warp_size)
-    share = np.minimum(1.0, per_busiest_unit * warps / machine.num_schedulers_per_unit)
-    unit_rate = machine.num_schedulers_per_unit * machine.unit_clock_hz * share
-    return plan.serial_warp_instructions_per_cta * per_busiest_unit / unit_rate
+    per_busiest_unit = _ctas_on_busiest_unit(plan, machine, count)
+    warps_on_unit = per_busiest_unit * math.ceil(plan.threads_per_cta / machine.warp_size)
+    issue_rate = machine.unit_clock_hz * min(machine.num_schedulers_per_unit, warps_on_unit)
+    return plan.serial_warp_instructions_per_cta * per_busiest_unit / issue_rate
 
 
 def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_cta: float,
@@ -201,7 +203,7 @@ def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_c
     cost = float(dram_capacity_per_byte(plan, machine, dram_bytes_per_cta))
     latency_cap = float(_latency_cap_rate(in_flight, plan.l2_bytes_per_cta, dram_bytes_per_cta, machine, count,
                                           llc_bytes_per_cta, plan.store_bytes_per_cta,
-                                          cta_turnaround_s(plan, machine) + float(serial_issue_s(plan, machine, count)),
+                                          cta_turnaround_s(plan, machine) + serial_issue_s(plan, machine, count),
                                           cost))
     return CtaProfile(count=count, compute_s=compute_s, l2_bytes=plan.l2_bytes_per_cta,
                       dram_bytes=dram_bytes_per_cta, latency_cap_rate=latency_cap, compute_limiter=limiter,
@@ -326,9 +328,11 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
     counts[-1] = plan.grid - slots * (len(waves) - 1)
     compute = np.empty(len(waves))
     in_flight = np.empty(len(waves))
+    lifetime = np.empty(len(waves))  # a CTA's fixed lifetime besides its round trips
     for count in np.unique(counts):
         c, f, _ = _cta_compute_and_in_flight(plan, machine, int(count))
         compute[counts == count], in_flight[counts == count] = c, f
+        lifetime[counts == count] = cta_turnaround_s(plan, machine) + serial_issue_s(plan, machine, int(count))
     work = np.ones(len(waves))
     work[-1] = plan.tail_work_fraction
     dram = waves / (counts * work)
@@ -338,8 +342,7 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(compute > 0, 1.0 / compute, np.inf)
         rate = np.minimum(rate, _latency_cap_rate(in_flight, l2, dram, machine, counts, llc, plan.store_bytes_per_cta,
-                                                  cta_turnaround_s(plan, machine) + serial_issue_s(plan, machine, counts),
-                                                  cost))
+                                                  lifetime, cost))
         rate = np.minimum(rate, np.where(dram > 0, machine.dram_achievable_bytes_per_s / (counts * dram * cost), np.inf))
         if plan.wave_llc_bytes:
             rate = np.minimum(rate, np.where(llc > 0, machine.llc_achievable_bytes_per_s / (counts * llc), np.inf))
