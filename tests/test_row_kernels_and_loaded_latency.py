@@ -19,6 +19,7 @@ def test_scalar_row_launch_shapes():
     assert scalar_row_launch(4096, 4096, "fp16", 1) == (4096, 1024, 2.0)
     assert scalar_row_launch(1, 512, "fp32", 2) == (1, 512, 8.0)
     assert scalar_row_launch(7, 11008, "bf16", 2) == (7, 1024, 4.0)
+    assert scalar_row_launch(4096, 4096, "fp16", 1.5) == (4096, 1024, 3.0)  # the norm's loops: 1 and 2 loads
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,9 @@ def test_scalar_row_kernels_issue_their_compiled_instructions_between_loads(case
     norm = _memory_plan(cases["a100_vidur_llama2_7b_rmsnorm_1024tok"], machine)
     assert silu.serial_warp_instructions_per_cta == 11008 / 32 * 43
     assert norm.serial_warp_instructions_per_cta == 4096 / 32 * 24
+    # the norm's round trips: 4 elements per thread, one trip each in each of its two loops (the
+    # second loads x again and the weight together)
+    assert (norm.l2_bytes_per_cta - norm.store_bytes_per_cta) / norm.bytes_in_flight_per_cta == 8
     # and that time is not hidden: without it the same kernels are faster
     for plan in (silu, norm):
         hidden = replace(plan, serial_warp_instructions_per_cta=0.0)

@@ -126,10 +126,11 @@ SCALAR_ROW_MAX_THREADS = 1024
 """Block size cap of the first-generation vLLM row kernels: ``dim3 block(std::min(hidden, 1024))``."""
 
 
-def scalar_row_launch(rows: int, cols: int, dtype: str, loads_per_element: int) -> tuple[int, int, float]:
+def scalar_row_launch(rows: int, cols: int, dtype: str, loads_per_element: float) -> tuple[int, int, float]:
     """(CTAs, threads per CTA, bytes in flight per thread) of a row kernel with scalar loads: one CTA
     per row (token) of min(cols, 1024) threads, each thread striding through the row one element at
-    a time, so it has only its current element's ``loads_per_element`` loads outstanding. This is the
+    a time, so it has only its current element's ``loads_per_element`` loads outstanding (on average
+    over its round trips, for a kernel whose loops load different counts). This is the
     shape of the first-generation vLLM ``rms_norm`` and ``silu_and_mul`` CUDA kernels that
     sarathi-serve (and so Vidur's profiles) run (microsoft/sarathi-serve csrc/layernorm_kernels.cu
     and csrc/activation_kernels.cu): Little's law then caps their bandwidth far below DRAM's."""
