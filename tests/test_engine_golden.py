@@ -393,6 +393,17 @@ def test_math_between_loads_adds_the_sms_issue_time_to_each_cta(tiny):
     for count, seconds in ((2, 4e-6), (4, 4e-6), (8, 4e-6), (16, 8e-6), (32, 16e-6)):
         assert serial_issue_s(plan, tiny, count) == pytest.approx(seconds, rel=1e-12)
     assert serial_issue_s(replace(plan, serial_warp_instructions_per_cta=0.0), tiny, 32) == 0.0
+    # Two waves that share the SMs differently: 34 one-warp CTAs of 1 KiB of loads each (8 trips of
+    # 1 us) and 40,000 instructions. The first wave holds 16 per SM (16 warps fill the 4 schedulers):
+    # each CTA lives 8 us + 40,000 x 16 / 4e9 s = 168 us, longer than its 32 KiB at 1 GB/s (32.8 us);
+    # the second holds one per SM: 8 us + 40 us. After the one idle DRAM latency: 1 + 168 + 48 us.
+    two_waves = streaming_plan(tiny, "scale", "elementwise", "fp32", bytes_read=34 * 1024.0, bytes_written=0.0,
+                               flop=0.0, sfu_ops=0.0, num_ctas=34, threads_per_cta=32, bytes_in_flight_per_thread=4.0,
+                               serial_warp_instructions_per_cta=40000.0)
+    assert two_waves.ctas_per_unit == 16 and two_waves.num_waves == 2
+    expected = 1e-6 + 168e-6 + 48e-6
+    assert simulate_kernel(two_waves, tiny).time_s == pytest.approx(expected, rel=1e-12)
+    assert estimate_kernel_s(two_waves, tiny) == pytest.approx(expected, rel=1e-12)
 
 
 def test_cta_turnaround_bounds_store_only_ctas(tiny):
