@@ -127,3 +127,57 @@ def test_fp8_rows_name_the_scaled_mm_call_and_simulate(h100, tmp_path):
     seconds, _ = simulate_case(case, h100, load_hardware("h100_sxm5_80gb").gpu)
     # 2 x 8192^2 x 2048 FLOP cannot beat the H100's dense FP8 peak (1,979 TFLOP/s)
     assert seconds > 2 * 8192**2 * 2048 / 1979e12
+
+
+class _FakeTensor:
+    def __init__(self, shape, dtype, transposed=False):
+        self.shape, self.dtype, self.transposed = tuple(shape), dtype, transposed
+
+    def to(self, dtype):
+        return _FakeTensor(self.shape, dtype, self.transposed)
+
+    def t(self):
+        return _FakeTensor(self.shape[::-1], self.dtype, not self.transposed)
+
+
+class _FakeTorch:
+    """Just enough of torch to record what the library suite would launch (no GPU here)."""
+    float32, float16, bfloat16, float8_e4m3fn = "float32", "float16", "bfloat16", "float8_e4m3fn"
+
+    def __init__(self):
+        self.calls = []
+
+    def randn(self, *shape, device, dtype="float32"):
+        assert device == "cuda"
+        return _FakeTensor(shape, dtype)
+
+    def empty(self, *shape, device, dtype):
+        return _FakeTensor(shape, dtype)
+
+    def ones(self, shape, device, dtype):
+        return _FakeTensor(shape, dtype)
+
+    def mm(self, a, b, out):
+        self.calls.append(("mm", a, b, out))
+
+    def _scaled_mm(self, a, b, *, scale_a, scale_b, out_dtype):
+        self.calls.append(("_scaled_mm", a, b, scale_a, scale_b, out_dtype))
+
+
+def test_fp8_probe_multiplies_row_major_a_by_column_major_b_into_bf16():
+    torch = _FakeTorch()
+    make_set, call = L._torch_product(torch, L.LibraryProbe(8, 4, 16, "fp8_e4m3"))
+    a, b = make_set()
+    assert (a.shape, a.dtype, a.transposed) == ((8, 16), "float8_e4m3fn", False)
+    assert (b.shape, b.dtype, b.transposed) == ((16, 4), "float8_e4m3fn", True)  # a transposed N x K matrix
+    call(a, b)
+    name, _, _, scale_a, scale_b, out_dtype = torch.calls[-1]
+    assert name == "_scaled_mm" and out_dtype == "bfloat16"
+    assert scale_a.shape == scale_b.shape == () and scale_a.dtype == "float32"
+    # the other formats: torch.mm of row-major operands into a preallocated output of their dtype
+    make_set, call = L._torch_product(torch, L.LibraryProbe(8, 4, 16, "bf16"))
+    a, b, c = make_set()
+    assert (a.shape, b.shape, c.shape) == ((8, 16), (16, 4), (8, 4)) and not b.transposed
+    assert a.dtype == b.dtype == c.dtype == "bfloat16"
+    call(a, b, c)
+    assert torch.calls[-1] == ("mm", a, b, c)
