@@ -193,7 +193,7 @@ def serial_issue_s(plan: KernelPlan, machine: Machine, count: int) -> float:
         return 0.0
     per_busiest_unit = _ctas_on_busiest_unit(plan, machine, count)
     warps_on_unit = per_busiest_unit * math.ceil(plan.threads_per_cta / machine.warp_size)
-    issue_rate = machine.unit_clock_hz * min(machine.num_schedulers_per_unit, warps_on_unit)
+    issue_rate = machine.num_schedulers_per_unit * machine.unit_clock_hz * machine.issue_share(warps_on_unit)
     return plan.serial_warp_instructions_per_cta * per_busiest_unit / issue_rate
 
 
