@@ -307,11 +307,12 @@ def _scalar_rowwise_plan(case, machine: Machine):
                               serial_warp_instructions_per_cta=scalar_row_serial_instructions(
                                   "silu_and_mul", case.cols, machine.warp_size))
     # the norm's first loop has its x in flight, its second x again and the weight together: over its
-    # round trips (one per element in each loop), 1.5 loads each
+    # round trips (one per element in each loop), 1.5 loads each; between the loops, the CTA sums the
+    # row's squares (one block reduction)
     ctas, threads, in_flight = scalar_row_launch(case.rows, case.cols, dtype, loads_per_element=1.5)
     return streaming_plan(machine, case.op, case.op, dtype, bytes_read=n * eb, bytes_written=n * eb, flop=4.0 * n,
                           sfu_ops=0.0, num_ctas=ctas, threads_per_cta=threads, bytes_in_flight_per_thread=in_flight,
-                          l2_reread_fraction=2.0,
+                          l2_reread_fraction=2.0, block_reductions_per_cta=1,
                           serial_warp_instructions_per_cta=scalar_row_serial_instructions(
                               "norm", case.cols, machine.warp_size))
 

@@ -406,6 +406,22 @@ def test_math_between_loads_adds_the_sms_issue_time_to_each_cta(tiny):
     assert estimate_kernel_s(two_waves, tiny) == pytest.approx(expected, rel=1e-12)
 
 
+def test_a_block_reduction_adds_its_dependent_steps_to_each_cta(tiny):
+    # The kernel above (2 one-warp CTAs, 512 round trips of 1 us, 4,000 serial instructions = 4 us) whose
+    # CTAs also sum a value across the block once: 5 + 5 dependent shuffles (32-thread warps) and two
+    # store-then-load exchanges through shared memory, 14 steps of the 10 ns shared-memory latency.
+    from gpusim.engine.kernel import block_reduction_s
+    assert block_reduction_s(tiny) == pytest.approx(14 * 10e-9, rel=1e-12)
+    plan = streaming_plan(tiny, "norm", "rmsnorm", "fp32", bytes_read=2 * 65536.0, bytes_written=0.0,
+                          flop=0.0, sfu_ops=0.0, num_ctas=2, threads_per_cta=32, bytes_in_flight_per_thread=4.0,
+                          serial_warp_instructions_per_cta=4000.0, block_reductions_per_cta=1)
+    expected = 1e-6 + 512e-6 + 4e-6 + 0.14e-6
+    assert simulate_kernel(plan, tiny).time_s == pytest.approx(expected, rel=1e-12)
+    assert estimate_kernel_s(plan, tiny) == pytest.approx(expected, rel=1e-12)
+    twice = replace(plan, block_reductions_per_cta=2)
+    assert simulate_kernel(twice, tiny).time_s == pytest.approx(expected + 0.14e-6, rel=1e-12)
+
+
 def test_cta_turnaround_bounds_store_only_ctas(tiny):
     # Two CTAs (one per SM) that only store 128 B each: nothing waits for DRAM, but each CTA lives its
     # calibrated turnaround, 5,000 cycles at 1 GHz = 5 us (the 256 B take 0.26 us at 1 GB/s), after the

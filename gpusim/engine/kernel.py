@@ -13,7 +13,8 @@ Per CTA, the model has
 * latency: a CTA can keep only ``bytes_in_flight`` of loads outstanding, so it makes one round trip
   of the average latency per ``bytes_in_flight`` it loads (Little's law; its stores are posted and
   travel with those trips, and a streaming CTA also lives a calibrated turnaround, plus, where its
-  threads compute between their loads, the issue time of its SM's instructions meanwhile); and every
+  threads compute between their loads, the issue time of its SM's instructions meanwhile and the
+  latency of its block-wide reductions); and every
   wave of a GEMM-like kernel first waits
   one DRAM latency to fill its pipeline plus the description's calibrated fixed cost per wave
   (streaming kernels pay the latency once) and, after its main loop,
@@ -197,13 +198,33 @@ def serial_issue_s(plan: KernelPlan, machine: Machine, count: int) -> float:
     return plan.serial_warp_instructions_per_cta * per_busiest_unit / issue_rate
 
 
+def block_reduction_s(machine: Machine) -> float:
+    """Seconds of one block-wide sum in a CTA, as the first-generation vLLM row kernels write it
+    (``blockReduceSum``; CUB's ``BlockReduce`` has the same shape): each warp adds its lanes' values in
+    log2(warp size) dependent butterfly shuffles, lane 0 stores the warp's sum to shared memory, a
+    barrier, the first warp loads the sums and shuffles log2(warp size) times again, thread 0 stores
+    the result, a barrier, and every thread loads it: 2 log2(warp size) shuffles and two
+    store-then-load exchanges in series, each step about one shared-memory latency (a shuffle moves
+    its operands through the SM's shared-memory crossbar; an estimate, as no shuffle latency is in the
+    references). 14 steps on a 32-thread warp: 0.25 us on an A100, 0.20 us on an H100 SXM."""
+    shuffles = 2 * math.log2(machine.warp_size)
+    return (shuffles + 4) * machine.shared_latency_s
+
+
+def cta_serial_s(plan: KernelPlan, machine: Machine, count: int) -> float:
+    """A streaming CTA's lifetime besides its round trips when ``count`` CTAs run: its fixed
+    turnaround, the issue time of its serial instructions and its block reductions."""
+    return (cta_turnaround_s(plan, machine) + serial_issue_s(plan, machine, count)
+            + plan.block_reductions_per_cta * block_reduction_s(machine))
+
+
 def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_cta: float,
                 llc_bytes_per_cta: float = 0.0) -> CtaProfile:
     compute_s, in_flight, limiter = _cta_compute_and_in_flight(plan, machine, count)
     cost = float(dram_capacity_per_byte(plan, machine, dram_bytes_per_cta))
     latency_cap = float(_latency_cap_rate(in_flight, plan.l2_bytes_per_cta, dram_bytes_per_cta, machine, count,
                                           llc_bytes_per_cta, plan.store_bytes_per_cta,
-                                          cta_turnaround_s(plan, machine) + serial_issue_s(plan, machine, count),
+                                          cta_serial_s(plan, machine, count),
                                           cost))
     return CtaProfile(count=count, compute_s=compute_s, l2_bytes=plan.l2_bytes_per_cta,
                       dram_bytes=dram_bytes_per_cta, latency_cap_rate=latency_cap, compute_limiter=limiter,
@@ -332,7 +353,7 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
     for count in np.unique(counts):
         c, f, _ = _cta_compute_and_in_flight(plan, machine, int(count))
         compute[counts == count], in_flight[counts == count] = c, f
-        lifetime[counts == count] = cta_turnaround_s(plan, machine) + serial_issue_s(plan, machine, int(count))
+        lifetime[counts == count] = cta_serial_s(plan, machine, int(count))
     work = np.ones(len(waves))
     work[-1] = plan.tail_work_fraction
     dram = waves / (counts * work)

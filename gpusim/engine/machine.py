@@ -99,6 +99,8 @@ class Machine:
     max_cluster_size: int = 1
     max_bytes_in_flight_per_unit: float | None = None
     """CPU cores: the miss-queue limit; GPUs: None (their limit comes from each CTA's plan)."""
+    shared_latency_s: float = 0.0
+    """Latency of a shared-memory load (GPUs; 0 for a CPU description, which has none)."""
     l2_set_associativity: int = DEFAULT_L2_SET_ASSOCIATIVITY
     llc_latency_s: float | None = None
     """Latency of the memory-side cache (None: the device has none)."""
@@ -284,6 +286,7 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         l1_capacity_bytes=gpu.sm.l1_shared_pool_bytes - (gpu.sm.shared_carveout_bytes
                                                          or min(SMALLEST_SHARED_CARVEOUT_BYTES, gpu.sm.max_shared_bytes)),
         l1_latency_s=gpu.l1.latency_s,
+        shared_latency_s=gpu.l1.shared_latency_s,
         shared_bytes_per_cycle=gpu.l1.shared_bandwidth_bytes_per_cycle_per_sm or gpu.l1.bandwidth_bytes_per_cycle_per_sm,
         l2_capacity_bytes=gpu.l2.capacity_bytes,
         l2_private_partitions=gpu.l2.num_partitions if gpu.l2.partitions_are_private else 1,

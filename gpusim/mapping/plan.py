@@ -148,6 +148,11 @@ class KernelPlan:
     kernels, :func:`gpusim.mapping.streaming.scalar_row_launch`). The warps of an SM then wait for
     their loads together and share its schedulers afterwards, so every CTA lives the issue time of
     the instructions of all the CTAs on its SM besides its round trips (0: loads overlap the math)."""
+    block_reductions_per_cta: int = 0
+    """Block-wide reductions a streaming CTA performs between its loads, each a chain of dependent
+    warp shuffles and shared-memory exchanges behind barriers that every warp of the CTA waits for
+    with no load in flight (a row kernel's sum of squares; see
+    :func:`gpusim.engine.kernel.block_reduction_s`)."""
 
     @property
     def pipelined(self) -> bool:

@@ -18,14 +18,15 @@ def streaming_plan(machine: Machine, name: str, op_kind: str, dtype: str, *, byt
                    bytes_written: float, flop: float, sfu_ops: float, num_ctas: int, threads_per_cta: int,
                    bytes_in_flight_per_thread: float, registers_per_thread: int = 32,
                    shared_bytes_per_cta: int = 0, l2_reread_fraction: float = 0.0,
-                   serial_warp_instructions_per_cta: float = 0.0) -> KernelPlan:
+                   serial_warp_instructions_per_cta: float = 0.0, block_reductions_per_cta: int = 0) -> KernelPlan:
     """A kernel whose CTAs each stream an equal share of the data once.
 
     ``l2_reread_fraction`` is extra L2 traffic (as a fraction of bytes read) for kernels that make
     several passes over their row (softmax max/sum passes, layernorm statistics). The row stays on
     chip only while the data of all resident CTAs fits in L2: the re-reads that miss
-    (:func:`reread_miss_fraction`) go to DRAM too. ``serial_warp_instructions_per_cta`` is for kernels
-    whose threads compute between their loads (see :class:`KernelPlan`).
+    (:func:`reread_miss_fraction`) go to DRAM too. ``serial_warp_instructions_per_cta`` and
+    ``block_reductions_per_cta`` are for kernels whose threads compute between their loads (see
+    :class:`KernelPlan`).
     """
     num_ctas = max(1, int(num_ctas))
     threads = min(threads_per_cta, machine.max_threads_per_cta)
@@ -63,6 +64,7 @@ def streaming_plan(machine: Machine, name: str, op_kind: str, dtype: str, *, byt
         prologue_per_wave=False,
         useful_flop=flop,
         serial_warp_instructions_per_cta=serial_warp_instructions_per_cta,
+        block_reductions_per_cta=block_reductions_per_cta,
     )
 
 
@@ -144,8 +146,8 @@ counted in the SASS of an equivalent kernel compiled for sm_80 by nvcc 13.0 (the
 IEEE division on its fast path). ``silu_and_mul``: 43 (two 16-bit loads, the IEEE ``expf`` around
 one MUFU.EX2, the division around one MUFU.RCP, conversions, 64-bit index arithmetic, the store and
 the loop test; 42 for sm_90). ``norm`` (``rms_norm``): 24, 9 in the loop that sums the squares and
-15 in the loop that scales, multiplies by the weight and stores; the block reduction between them,
-a few dozen per thread, is left out."""
+15 in the loop that scales, multiplies by the weight and stores; the block reduction between them
+is a chain of dependent steps, timed by its latency instead (``KernelPlan.block_reductions_per_cta``)."""
 
 
 def scalar_row_serial_instructions(kernel: str, cols: int, warp_size: int) -> float:
