@@ -89,7 +89,8 @@ def test_library_rows_load_as_measurements_and_pin_the_named_tile(h100, tmp_path
 
 def test_fp8_probes_run_only_where_fp8_tensor_cores_exist():
     fp8 = [p for p in L.LIBRARY_PROBES if p.dtype == "fp8_e4m3"]
-    assert [p.k for p in fp8] == [512, 1024, 2048, 4096, 8192, 16384]
+    assert [p.k for p in fp8 if not p.fast_accum] == [512, 1024, 2048, 4096, 8192, 16384]
+    assert [p.k for p in fp8 if p.fast_accum] == [2048, 8192]  # the same products, fast accumulation
     assert all((p.m, p.n) == (8192, 8192) for p in fp8)
     # the BF16 sweep at the same output shape, whose 8192 point is the BF16 square
     bf16_k = {p.k for p in L.LIBRARY_PROBES if p.dtype == "bf16" and (p.m, p.n) == (8192, 8192)}
@@ -160,8 +161,8 @@ class _FakeTorch:
     def mm(self, a, b, out):
         self.calls.append(("mm", a, b, out))
 
-    def _scaled_mm(self, a, b, *, scale_a, scale_b, out_dtype):
-        self.calls.append(("_scaled_mm", a, b, scale_a, scale_b, out_dtype))
+    def _scaled_mm(self, a, b, *, scale_a, scale_b, out_dtype, use_fast_accum):
+        self.calls.append(("_scaled_mm", a, b, scale_a, scale_b, out_dtype, use_fast_accum))
 
 
 def test_fp8_probe_multiplies_row_major_a_by_column_major_b_into_bf16():
@@ -171,9 +172,12 @@ def test_fp8_probe_multiplies_row_major_a_by_column_major_b_into_bf16():
     assert (a.shape, a.dtype, a.transposed) == ((8, 16), "float8_e4m3fn", False)
     assert (b.shape, b.dtype, b.transposed) == ((16, 4), "float8_e4m3fn", True)  # a transposed N x K matrix
     call(a, b)
-    name, _, _, scale_a, scale_b, out_dtype = torch.calls[-1]
-    assert name == "_scaled_mm" and out_dtype == "bfloat16"
+    name, _, _, scale_a, scale_b, out_dtype, fast = torch.calls[-1]
+    assert name == "_scaled_mm" and out_dtype == "bfloat16" and fast is False
     assert scale_a.shape == scale_b.shape == () and scale_a.dtype == "float32"
+    make_set, call = L._torch_product(torch, L.LibraryProbe(8, 4, 16, "fp8_e4m3", fast_accum=True))
+    call(*make_set())
+    assert torch.calls[-1][-1] is True
     # the other formats: torch.mm of row-major operands into a preallocated output of their dtype
     make_set, call = L._torch_product(torch, L.LibraryProbe(8, 4, 16, "bf16"))
     a, b, c = make_set()
@@ -181,3 +185,41 @@ def test_fp8_probe_multiplies_row_major_a_by_column_major_b_into_bf16():
     assert a.dtype == b.dtype == c.dtype == "bfloat16"
     call(a, b, c)
     assert torch.calls[-1] == ("mm", a, b, c)
+
+
+def test_k_major_b_is_the_transpose_of_a_row_major_n_by_k_matrix():
+    # nn.Linear's layout: B (K x N) is a transposed view of a row-major N x K weight, so both
+    # operands run along K, the only layout Hopper's TF32 tensor-core instructions read
+    torch = _FakeTorch()
+    probe = L.LibraryProbe(8, 4, 16, "tf32", b_k_major=True)
+    a, b, c = L._torch_product(torch, probe)[0]()
+    assert (a.shape, a.transposed) == ((8, 16), False)
+    assert (b.shape, b.transposed) == ((16, 4), True)
+    assert probe.case_id("g") == "g_torch_tf32_mm_8x4x16_bkmajor"
+    assert L.LibraryProbe(8, 4, 16, "fp8_e4m3", fast_accum=True).case_id("g") == "g_torch_fp8_e4m3_mm_8x4x16_fastaccum"
+    # every TF32 square in the suite also comes with B along K, and a BF16 control at 1024^3
+    tf32 = {(p.m, p.b_k_major) for p in L.LIBRARY_PROBES if p.dtype == "tf32"}
+    assert tf32 == {(s, major) for s in (512, 1024, 2048, 4096) for major in (False, True)}
+    assert L.LibraryProbe(1024, 1024, 1024, "bf16", b_k_major=True) in L.LIBRARY_PROBES
+
+
+def test_layout_and_accumulation_rows_say_so_and_simulate(h100, tmp_path):
+    from gpusim.commands.measure import execute_library
+
+    probes = [L.LibraryProbe(1024, 1024, 1024, "tf32", b_k_major=True),
+              L.LibraryProbe(8192, 8192, 2048, "fp8_e4m3", fast_accum=True),
+              L.LibraryProbe(8192, 8192, 2048, "fp8_e4m3")]
+
+    def runner(probes, num_warmups, num_repeats, l2_bytes, progress):
+        return [L.LibraryResult(p, (1.0e-4,), (("some_gemm", 90e-6),), num_warmups, 1) for p in probes]
+
+    provenance = {"gpu_name": "NVIDIA H100 80GB HBM3", "gpusim_version": "x", "date": "2026-11-26",
+                  "torch_version": "2.5", "torch_cuda_version": "12.4", "l2_bytes": 50 * 2**20}
+    execute_library(probes, h100, "h100_sxm5_80gb", provenance, tmp_path, runner, 3, 1)
+    tf32, fast, promoted = load_kernel_cases(tmp_path / "library.csv")
+    assert (tf32.variant, fast.variant, promoted.variant) == ("b_k_major", "fast_accum", None)
+    assert "B the transpose of a row-major N x K matrix" in tf32.notes
+    assert "fast accumulation" in fast.notes and "promoted to FP32" in promoted.notes
+    device = load_hardware("h100_sxm5_80gb").gpu
+    for case in (tf32, fast, promoted):
+        assert simulate_case(case, h100, device)[0] > 0

@@ -37,15 +37,22 @@ FP8_MIN_COMPUTE_CAPABILITY = (8, 9)
 
 @dataclass(frozen=True)
 class LibraryProbe:
-    """One ``torch.mm`` of an M x K by a K x N matrix, both row-major (PyTorch's default layout)."""
+    """One ``torch.mm`` of an M x K by a K x N matrix, both row-major (PyTorch's default layout), or
+    with ``b_k_major`` a K x N matrix that is the transpose of a row-major N x K one (``nn.Linear``'s
+    weight), so that both operands run along K. FP8 products always take B that way (cuBLASLt needs
+    it); ``fast_accum`` lets them accumulate in the tensor cores' own precision
+    (``torch._scaled_mm(use_fast_accum=True)``) instead of promoting partial sums to FP32."""
 
     m: int
     n: int
     k: int
     dtype: str
+    b_k_major: bool = False
+    fast_accum: bool = False
 
     def case_id(self, gpu: str) -> str:
-        return f"{gpu}_torch_{self.dtype}_mm_{self.m}x{self.n}x{self.k}"
+        suffix = ("_bkmajor" if self.b_k_major else "") + ("_fastaccum" if self.fast_accum else "")
+        return f"{gpu}_torch_{self.dtype}_mm_{self.m}x{self.n}x{self.k}{suffix}"
 
     @property
     def flop(self) -> float:
@@ -68,6 +75,15 @@ LIBRARY_PROBES: tuple[LibraryProbe, ...] = tuple(
     # too fast where their GEMMs have k = 2048-4096 (README, the llm-foundry and NeMo FP8 runs)
     + [LibraryProbe(8192, 8192, k, "bf16") for k in (512, 1024, 2048, 4096, 16384)]
     + [LibraryProbe(8192, 8192, k, "fp8_e4m3") for k in (512, 1024, 2048, 4096, 8192, 16384)]
+    # FP8 accumulation: Transformer Engine runs its forward GEMMs with fast accumulation and its
+    # backward ones promoting to FP32 (the default here); what does the promotion cost?
+    + [LibraryProbe(8192, 8192, k, "fp8_e4m3", fast_accum=True) for k in (2048, 8192)]
+    # operand layout: Hopper's TF32 tensor-core instructions read both operands along K only, and
+    # PyTorch's row-major B runs along N. gpusim simulates small and mid TF32 GEMMs on an H100 20-35%
+    # too fast in every source (README); the same products with B along K, and a BF16 control
+    # (whose instructions take either layout), say whether the layout is why
+    + [LibraryProbe(s, s, s, "tf32", b_k_major=True) for s in (512, 1024, 2048, 4096)]
+    + [LibraryProbe(1024, 1024, 1024, "bf16", b_k_major=True)]
     # N % 16 == 8 and its neighbours (the RTX 4090 rows whose profile named a CUTLASS 64x64 kernel)
     + [LibraryProbe(2048, n, 2048, "bf16") for n in (2040, 2056, 2072)]
     # batch-1 decode: GEMV-shaped products
@@ -121,8 +137,16 @@ def library_rows(results: list[LibraryResult], gpu: str, provenance: dict[str, A
         tile = tile_of_kernel_name(kernel, machine, dtype) if kernel else None
         if tile is not None and tile_misfit_reason(machine, dtype, tile) is None:
             row["kernel_tile"] = tile.label()
-        call = ("torch._scaled_mm, E4M3 A row-major times B column-major (as cuBLASLt requires), per-tensor "
-                "scales of 1, BF16 output" if probe.dtype.startswith("fp8") else "torch.mm, row-major operands")
+        if probe.dtype.startswith("fp8"):
+            call = ("torch._scaled_mm, E4M3 A row-major times B column-major (as cuBLASLt requires), per-tensor "
+                    "scales of 1, BF16 output, " + ("fast accumulation" if probe.fast_accum
+                                                    else "partial sums promoted to FP32"))
+            row["variant"] = "fast_accum" if probe.fast_accum else ""
+        elif probe.b_k_major:
+            call = "torch.mm, A row-major, B the transpose of a row-major N x K matrix (both along K)"
+            row["variant"] = "b_k_major"
+        else:
+            call = "torch.mm, row-major operands"
         notes = [f"{call}; median of {len(result.times_s)} CUDA-event-timed calls after "
                  f"{result.num_warmups} warm-ups (min {min(result.times_s):.6g} s, max {max(result.times_s):.6g} s); "
                  f"{result.num_rotations} rotating input set(s)"]
@@ -188,8 +212,9 @@ def _kernel_seconds(event) -> float:
 
 def _torch_product(torch, probe: LibraryProbe):
     """(a function making one operand set on the GPU, the call that multiplies a set) for ``probe``:
-    ``torch.mm`` into a preallocated output, or for FP8 ``torch._scaled_mm`` of an E4M3 row-major A by
-    a column-major B (cuBLASLt's FP8 layout) with per-tensor scales of 1 into BF16."""
+    ``torch.mm`` into a preallocated output (B along N, or along K with ``b_k_major``), or for FP8
+    ``torch._scaled_mm`` of an E4M3 row-major A by a column-major B (cuBLASLt's FP8 layout) with
+    per-tensor scales of 1 into BF16, with or without fast accumulation."""
     if probe.dtype.startswith("fp8"):
         fp8 = torch.float8_e4m3fn
         one = torch.ones((), device="cuda", dtype=torch.float32)
@@ -199,14 +224,16 @@ def _torch_product(torch, probe: LibraryProbe):
                     torch.randn(probe.n, probe.k, device="cuda").to(fp8).t())
 
         def scaled_mm(a, b):
-            torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+            torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                             use_fast_accum=probe.fast_accum)
 
         return make_fp8_set, scaled_mm
     dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(probe.dtype, torch.float32)
 
     def make_set():
-        return (torch.randn(probe.m, probe.k, device="cuda", dtype=dtype),
-                torch.randn(probe.k, probe.n, device="cuda", dtype=dtype),
+        b = (torch.randn(probe.n, probe.k, device="cuda", dtype=dtype).t() if probe.b_k_major
+             else torch.randn(probe.k, probe.n, device="cuda", dtype=dtype))
+        return (torch.randn(probe.m, probe.k, device="cuda", dtype=dtype), b,
                 torch.empty(probe.m, probe.n, device="cuda", dtype=dtype))
 
     def mm(a, b, c):

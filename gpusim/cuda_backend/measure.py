@@ -33,7 +33,12 @@ from gpusim.measurements import KernelCase, columns
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
 
-CHASE_WORKING_SETS_BYTES = tuple(16 * KiB * 4**i for i in range(9))  # 16 KiB .. 1 GiB
+CHASE_L1_EDGE_BYTES = tuple(KiB * s for s in (112, 120, 128, 136, 176, 184, 192, 200, 240, 248, 264))
+"""Chases around where the L1 of a described NVIDIA GPU ends (its share of the 128, 192 or 256 KiB
+L1/shared pool, less the smallest shared-memory carve-out): how the hit share falls past the
+capacity, which gpusim takes as a step (the A100's 196 KB published chase sits 11-13% above it)."""
+CHASE_WORKING_SETS_BYTES = tuple(sorted({16 * KiB * 4**i for i in range(9)} | set(CHASE_L1_EDGE_BYTES)))
+"""16 KiB .. 1 GiB in steps of 4, and the L1 edges."""
 CHASE_STEPS = 100_000
 STREAM_OCCUPANCY_FRACTIONS = (0.125, 0.25, 0.5, 1.0)
 STREAM_ARRAY_BYTES = 1 * GiB
