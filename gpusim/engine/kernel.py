@@ -200,7 +200,7 @@ def serial_issue_s(plan: KernelPlan, machine: Machine, count: int) -> float:
 
 def block_reduction_s(machine: Machine) -> float:
     """Seconds of one block-wide sum in a CTA, as the first-generation vLLM row kernels write it
-    (``blockReduceSum``; CUB's ``BlockReduce`` has the same shape): each warp adds its lanes' values in
+    (``blockReduceSum``, then a broadcast through shared memory): each warp adds its lanes' values in
     log2(warp size) dependent butterfly shuffles, lane 0 stores the warp's sum to shared memory, a
     barrier, the first warp loads the sums and shuffles log2(warp size) times again, thread 0 stores
     the result, a barrier, and every thread loads it: 2 log2(warp size) shuffles and two
