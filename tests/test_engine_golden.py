@@ -22,7 +22,8 @@ def tiny():
 
 def test_streaming_add_is_dram_time_plus_one_latency(tiny):
     # 2^20 fp32 adds: 2 reads + 1 write = 12 MiB through 1 GB/s DRAM, plus one DRAM latency (1 us)
-    # to fill the pipe. 128-thread CTAs, each thread 4 x 16-byte vectors = 16 elements: 512 CTAs, 16 per SM.
+    # to fill the pipe and one L2 latency (100 ns) for the last stores to complete.
+    # 128-thread CTAs, each thread 4 x 16-byte vectors = 16 elements: 512 CTAs, 16 per SM.
     n = 2**20
     ctas, threads, in_flight = elementwise_launch(tiny, n, "fp32", 2)
     assert (ctas, threads) == (512, 128)
@@ -31,10 +32,13 @@ def test_streaming_add_is_dram_time_plus_one_latency(tiny):
                           bytes_in_flight_per_thread=in_flight)
     assert plan.ctas_per_unit == 16
     timing = simulate_kernel(plan, tiny)
-    expected = 1e-6 + 12 * 2**20 / 1e9
+    expected = 1e-6 + 12 * 2**20 / 1e9 + 100e-9
     assert timing.time_s == pytest.approx(expected, rel=1e-12)
     assert timing.bound == "memory"
     assert estimate_kernel_s(plan, tiny) == pytest.approx(expected, rel=1e-12)
+    # a kernel that only reads waits for no store
+    read_only = replace(plan, store_bytes_per_cta=0.0)
+    assert simulate_kernel(read_only, tiny).time_s == pytest.approx(1e-6 + 12 * 2**20 / 1e9, rel=1e-12)
 
 
 def test_gemm_waves_and_l2_reuse(tiny):
@@ -187,7 +191,7 @@ def test_loaded_latency_saturates_at_full_bandwidth(tiny):
                           flop=float(n), sfu_ops=0.0, num_ctas=ctas, threads_per_cta=threads,
                           bytes_in_flight_per_thread=in_flight)
     timing = simulate_kernel(plan, _with_loaded_latency(tiny, 3.0))
-    assert timing.time_s == pytest.approx(1e-6 + 12 * 2**20 / 1e9, rel=1e-12)
+    assert timing.time_s == pytest.approx(1e-6 + 12 * 2**20 / 1e9 + 100e-9, rel=1e-12)
 
 
 def test_small_tiles_are_capped_by_shared_memory_bandwidth(tiny):
@@ -366,12 +370,11 @@ def test_stores_are_posted_and_travel_with_the_loads(tiny):
     # 2 CTAs (one per SM) of 32 threads, each thread one 4-byte load in flight: 128 B per CTA per round trip
     # of 1 us. Each CTA loads 64 KiB (512 trips = 512 us) and stores 64 KiB, which no thread waits for: the
     # kernel takes the one idle DRAM latency plus 512 us whether or not it stores (256 KiB at 1 GB/s would
-    # take only 262 us).
+    # take only 262 us), and, if it stores, one L2 latency (100 ns) for its last stores to complete.
     def plan(written):
         return streaming_plan(tiny, "copy", "elementwise", "fp32", bytes_read=2 * 65536.0, bytes_written=written,
                               flop=0.0, sfu_ops=0.0, num_ctas=2, threads_per_cta=32, bytes_in_flight_per_thread=4.0)
-    expected = 1e-6 + 512e-6
-    for written in (0.0, 2 * 65536.0):
+    for written, expected in ((0.0, 1e-6 + 512e-6), (2 * 65536.0, 1e-6 + 512e-6 + 100e-9)):
         assert simulate_kernel(plan(written), tiny).time_s == pytest.approx(expected, rel=1e-12)
         assert estimate_kernel_s(plan(written), tiny) == pytest.approx(expected, rel=1e-12)
 
@@ -425,26 +428,28 @@ def test_a_block_reduction_adds_its_dependent_steps_to_each_cta(tiny):
 def test_cta_turnaround_bounds_store_only_ctas(tiny):
     # Two CTAs (one per SM) that only store 128 B each: nothing waits for DRAM, but each CTA lives its
     # calibrated turnaround, 5,000 cycles at 1 GHz = 5 us (the 256 B take 0.26 us at 1 GB/s), after the
-    # kernel's one idle DRAM latency. Without a turnaround the stores run at DRAM bandwidth.
+    # kernel's one idle DRAM latency, and the last stores complete one L2 latency (100 ns) later.
+    # Without a turnaround the stores run at DRAM bandwidth.
     plan = streaming_plan(tiny, "init", "elementwise", "fp32", bytes_read=0.0, bytes_written=256.0, flop=0.0,
                           sfu_ops=0.0, num_ctas=2, threads_per_cta=32, bytes_in_flight_per_thread=4.0)
     machine = _with_memory_calibration(tiny, cta_turnaround_cycles=5000.0)
-    assert simulate_kernel(plan, machine).time_s == pytest.approx(1e-6 + 5e-6, rel=1e-12)
-    assert estimate_kernel_s(plan, machine) == pytest.approx(1e-6 + 5e-6, rel=1e-12)
-    assert simulate_kernel(plan, tiny).time_s == pytest.approx(1e-6 + 256 / 1e9, rel=1e-12)
+    assert simulate_kernel(plan, machine).time_s == pytest.approx(1e-6 + 5e-6 + 100e-9, rel=1e-12)
+    assert estimate_kernel_s(plan, machine) == pytest.approx(1e-6 + 5e-6 + 100e-9, rel=1e-12)
+    assert simulate_kernel(plan, tiny).time_s == pytest.approx(1e-6 + 256 / 1e9 + 100e-9, rel=1e-12)
 
 
 @pytest.mark.parametrize("loss", [0.0, 0.15, 0.3])
 def test_read_write_mix_costs_dram_bandwidth(tiny, loss):
     # The 2^20 fp32 add of the first test (8 MiB read, 4 MiB written: write share 1/3, mix 2 x 1/3) at DRAM
-    # bandwidth loses loss x 2/3 of it; a read-only kernel of the same 12 MiB loses nothing.
+    # bandwidth loses loss x 2/3 of it; a read-only kernel of the same 12 MiB loses nothing (and waits
+    # for no last stores: the add waits one L2 latency, 100 ns, for its).
     n = 2**20
     ctas, threads, in_flight = elementwise_launch(tiny, n, "fp32", 2)
     machine = _with_memory_calibration(tiny, dram_mixed_traffic_loss_fraction=loss)
     add = streaming_plan(tiny, "add", "elementwise", "fp32", bytes_read=8.0 * n, bytes_written=4.0 * n,
                          flop=float(n), sfu_ops=0.0, num_ctas=ctas, threads_per_cta=threads,
                          bytes_in_flight_per_thread=in_flight)
-    expected = 1e-6 + 12 * 2**20 / (1e9 * (1.0 - loss * 2.0 / 3.0))
+    expected = 1e-6 + 12 * 2**20 / (1e9 * (1.0 - loss * 2.0 / 3.0)) + 100e-9
     assert simulate_kernel(add, machine).time_s == pytest.approx(expected, rel=1e-12)
     assert estimate_kernel_s(add, machine) == pytest.approx(expected, rel=1e-12)
     assert simulate_kernel(add, machine).dram_bytes == 12 * 2**20  # the bytes themselves are not inflated

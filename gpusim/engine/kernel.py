@@ -20,7 +20,8 @@ Per CTA, the model has
   (streaming kernels pay the latency once) and, after its main loop,
   drains its output tiles (at L2 bandwidth, plus one L2 latency) before the next wave's CTAs start;
   a persistent kernel (Hopper and Blackwell library GEMMs) fills once, and between its waves only
-  the drain's bandwidth term remains.
+  the drain's bandwidth term remains; a streaming kernel that stores waits one L2 latency after its
+  last wave for its last stores.
 Software pipelining overlaps a CTA's loads with its math, so a CTA progresses at the slowest of these
 rates (a CTA without it, one pipeline stage, waits for its loads: its math and its loads add up); the
 wave ends when its CTAs end, and the next wave starts (wave quantization and tails emerge).
@@ -245,8 +246,12 @@ def wave_drain_s(plan: KernelPlan, machine: Machine, count: int, last: bool = Tr
     if slower), then one L2 latency. Between two waves of a persistent kernel (``last`` False) the
     math warps hand their C tiles to the asynchronous bulk store while the next tile's loads are
     already in flight, so the latency is hidden and only the bandwidth term remains. Zero for plans
-    without epilogue stores."""
-    if not plan.prologue_per_wave or plan.epilogue_bytes_per_cta <= 0:
+    without epilogue stores. A streaming kernel's stores are posted and travel with its loads, but
+    the kernel completes only once its last ones are acknowledged: its last wave waits one L2
+    latency, as a GEMM's does."""
+    if not plan.prologue_per_wave:
+        return machine.l2_latency_s if last and plan.store_bytes_per_cta > 0 else 0.0
+    if plan.epilogue_bytes_per_cta <= 0:
         return 0.0
     on_busiest = min(plan.ctas_per_unit, max(1, math.ceil(count / machine.num_units)))
     drain = max(count * plan.epilogue_bytes_per_cta / machine.l2_achievable_bytes_per_s,
@@ -274,7 +279,8 @@ def run_fill_and_drain_s(plan: KernelPlan, machine: Machine, count: int, num_wav
     """(pipeline fills, exposed epilogue drains) in seconds of ``num_waves`` consecutive waves of
     ``count`` CTAs, ``first`` and ``last`` saying whether they include the kernel's first and last
     wave. A one-CTA-per-tile GEMM-like kernel fills and drains every wave; a streaming kernel fills
-    once; a persistent kernel fills once and waits for its stores' L2 latency only after its last
+    once and waits for its last stores; a persistent kernel fills once and waits for its stores' L2
+    latency only after its last
     wave (see :func:`wave_drain_s`), which, for a stream-K tail, first adds up its partial tiles
     (:func:`stream_k_fixup_s`) and stores only the leftover tiles."""
     if num_waves <= 0:
