@@ -110,11 +110,12 @@ def _training_workload(case):
             # parameters all-gathered in FP32 (cast to 16 bits by autocast), gradients reduced in
             # the autocast precision; 'PURE' (the plain bf16 rows) keeps everything in BF16
             items.append("parallelism.param_gather_dtype=fp32")
-        if precision == "bf16":
-            # The BF16 tables predate the move to PyTorch 2.0 (the README's "TODO: Update tables with
-            # torch 2.0"): PyTorch 1.13 ships CUDA <= 11.8, whose libraries have no Hopper wgmma
-            # kernels. The FP8 rows needed CUDA 12 (Transformer Engine FP8 on Hopper) and run native.
-            items.append("tensor_instructions=warp_mma")
+        # The tables predate the move to PyTorch 2.0 (the README's "TODO: Update tables with torch
+        # 2.0"): PyTorch 1.13 ships CUDA <= 11.8, whose libraries have no Hopper wgmma kernels. The FP8
+        # rows ran Transformer Engine, whose 2023 releases required CUDA 11.8 (its installation guide,
+        # releases 0.1-0.9): their BF16 products ran the same warp-synchronous kernels, and their FP8
+        # GEMMs the native ones (a stack that runs FP8 on Hopper has those; Machine.with_warp_mma_libraries)
+        items.append("tensor_instructions=warp_mma")
         return system, hw_over, "gpt2_large_train", items
     if case.case_id.startswith("neusight_gpt2_large_train_1024_gbs") and n == 4:
         system = _system_of(case)

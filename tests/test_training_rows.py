@@ -7,6 +7,7 @@ import pytest
 from gpusim.accuracy_cluster import GPT_FAST_NEW_TOKENS, _inference_workload, _training_workload, run_training
 from gpusim.cli import main
 from gpusim.config.library import load_hardware
+from gpusim.engine.machine import machine_of
 from gpusim.engine.simulate import simulate
 from gpusim.measurements import heldout_dir, load_training_cases
 from gpusim.workload import load_workload
@@ -57,11 +58,14 @@ def test_training_cases_group_by_reference_and_single_gpu_rows_apart():
         "zzc0721/torch-performance-test-data"
 
 
-def test_llm_foundry_bf16_rows_run_without_hopper_native_mma_and_fp8_rows_with_it():
+def test_llm_foundry_rows_run_the_libraries_of_cuda_11():
+    # PyTorch 1.13's CUDA (<= 11.8) has no Hopper wgmma kernels, and the FP8 rows' Transformer Engine
+    # then required CUDA 11.8: both run warp-synchronous 16-bit products; FP8 GEMMs keep the native ones
     bf16 = _training_workload(_case("llmfoundry_mpt_7b_h100_8gpu_amp_bf16"))[3]
     fp8 = _training_workload(_case("llmfoundry_mpt_3b_h100_8gpu_amp_fp8"))[3]
-    assert "tensor_instructions=warp_mma" in bf16
-    assert not any(i.startswith("tensor_instructions") for i in fp8)
+    assert "tensor_instructions=warp_mma" in bf16 and "tensor_instructions=warp_mma" in fp8
+    legacy = machine_of(load_hardware("h100_sxm5_80gb")).with_warp_mma_libraries()
+    assert legacy.persistent_matrix_kernels("fp8") and not legacy.persistent_matrix_kernels("bf16")
     # both ran the MPT yamls' attn_impl: triton (the 2022 Triton FlashAttention, one pipeline stage)
     assert "config.attention_kernel=fused_unpipelined" in bf16 and "config.attention_kernel=fused_unpipelined" in fp8
 
