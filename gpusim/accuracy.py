@@ -323,11 +323,11 @@ def unfused_rmsnorm_plans(case, machine: Machine) -> list:
     The per-row ``var + eps`` and ``rsqrt`` kernels are tiny and left out."""
     eb = DTYPE_BYTES[case.dtype]
     n = case.rows * case.cols
+    ctas, threads, in_flight = elementwise_launch(machine, n, "fp32", 1)
     plans = []
     for name, read, written in UNFUSED_RMSNORM_BYTES_PER_ELEMENT:
         r = (eb if read is None else read) * n
         w = (eb if written is None else written) * n if name != "mean" else case.rows * 4.0
-        ctas, threads, in_flight = elementwise_launch(machine, n, "fp32", 1)
         plans.append(streaming_plan(machine, name, "elementwise", "fp32", bytes_read=r, bytes_written=w,
                                     flop=float(n), sfu_ops=0.0, num_ctas=ctas, threads_per_cta=threads,
                                     bytes_in_flight_per_thread=in_flight))

@@ -14,8 +14,7 @@ Per CTA, the model has
   of the average latency per ``bytes_in_flight`` it loads (Little's law; its stores are posted and
   travel with those trips, and a streaming CTA also lives a calibrated turnaround, plus, where its
   threads compute between their loads, the issue time of its SM's instructions meanwhile and the
-  latency of its block-wide reductions); and every
-  wave of a GEMM-like kernel first waits
+  latency of its block-wide reductions); and every wave of a GEMM-like kernel first waits
   one DRAM latency to fill its pipeline plus the description's calibrated fixed cost per wave
   (streaming kernels pay the latency once) and, after its main loop,
   drains its output tiles (at L2 bandwidth, plus one L2 latency) before the next wave's CTAs start;
@@ -253,7 +252,7 @@ def wave_drain_s(plan: KernelPlan, machine: Machine, count: int, last: bool = Tr
         return machine.l2_latency_s if last and plan.store_bytes_per_cta > 0 else 0.0
     if plan.epilogue_bytes_per_cta <= 0:
         return 0.0
-    on_busiest = min(plan.ctas_per_unit, max(1, math.ceil(count / machine.num_units)))
+    on_busiest = _ctas_on_busiest_unit(plan, machine, count)
     drain = max(count * plan.epilogue_bytes_per_cta / machine.l2_achievable_bytes_per_s,
                 on_busiest * plan.epilogue_bytes_per_cta / machine.l1_bytes_per_s_per_unit)
     return drain if plan.persistent and not last else machine.l2_latency_s + drain
@@ -280,9 +279,8 @@ def run_fill_and_drain_s(plan: KernelPlan, machine: Machine, count: int, num_wav
     ``count`` CTAs, ``first`` and ``last`` saying whether they include the kernel's first and last
     wave. A one-CTA-per-tile GEMM-like kernel fills and drains every wave; a streaming kernel fills
     once and waits for its last stores; a persistent kernel fills once and waits for its stores' L2
-    latency only after its last
-    wave (see :func:`wave_drain_s`), which, for a stream-K tail, first adds up its partial tiles
-    (:func:`stream_k_fixup_s`) and stores only the leftover tiles."""
+    latency only after its last wave (see :func:`wave_drain_s`), which, for a stream-K tail, first
+    adds up its partial tiles (:func:`stream_k_fixup_s`) and stores only the leftover tiles."""
     if num_waves <= 0:
         return 0.0, 0.0
     if plan.prologue_per_wave and not plan.persistent:
