@@ -203,6 +203,9 @@ def test_set_accepts_parsed_pairs():
          "--set: gpu.clocks.tensor_clock_hz: tensor clock (1.83 GHz) is above the maximum SM clock "
          "sm_clock_hz (1.5 GHz)"),
         (["gpu.dram.capacity_bytes=40 MiB"], "--set: gpu.l2: L2 capacity is not below DRAM capacity"),
+        (["gpu.clocks.sustained_tensor_clock_hz=1.9 GHz"],
+         "--set: gpu.clocks.sustained_tensor_clock_hz: sustained tensor clock (1.9 GHz) is above the rated "
+         "tensor_clock_hz (1.83 GHz)"),
     ],
 )
 def test_set_errors_are_reported_against_set(items, message):

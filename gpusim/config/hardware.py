@@ -83,13 +83,29 @@ class GpuClocks(Spec):
     """Maximum (boost) SM clock; CUDA-core (vector) peaks are rated at it."""
     tensor_clock_hz: Hz
     """Clock at which the vendor rates tensor-core peaks (H100 SXM: 1.83 GHz vs 1.98 GHz SM)."""
+    sustained_tensor_clock_hz: Optional[Hz] = None
+    """Where it was measured: the (median) clock a dense tensor-core GEMM holds at the board's power
+    limit (AMD's MI300X: 1.207 GHz of 2.1 GHz). The matrix pipes run at it, so the calibrated
+    ``tensor_efficiency_fraction`` is the software's share of that clock's peak and carries over to
+    a part with the same dies and a higher power limit. Unset: ``tensor_clock_hz``, and the power
+    limit's clock drop is part of the fitted tensor efficiency. The datasheet peak (roofline) stays
+    at ``tensor_clock_hz``."""
 
     @model_validator(mode="after")
     def _tensor_not_above_sm(self) -> "GpuClocks":
         if self.tensor_clock_hz > self.sm_clock_hz * (1 + 1e-9):
             raise field_error("tensor_clock_hz", f"tensor clock ({self.tensor_clock_hz / 1e9:.4g} GHz) is above the "
                               f"maximum SM clock sm_clock_hz ({self.sm_clock_hz / 1e9:.4g} GHz)")
+        sustained = self.sustained_tensor_clock_hz
+        if sustained is not None and sustained > self.tensor_clock_hz * (1 + 1e-9):
+            raise field_error("sustained_tensor_clock_hz", f"sustained tensor clock ({sustained / 1e9:.4g} GHz) is "
+                              f"above the rated tensor_clock_hz ({self.tensor_clock_hz / 1e9:.4g} GHz)")
         return self
+
+    @property
+    def matrix_clock_hz(self) -> float:
+        """The clock the matrix pipes run at in the simulation."""
+        return self.sustained_tensor_clock_hz or self.tensor_clock_hz
 
 
 class SmSpec(Spec):

@@ -266,7 +266,7 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         kind="gpu",
         num_units=gpu.num_sms,
         unit_clock_hz=gpu.clocks.sm_clock_hz,
-        matrix_clock_hz=gpu.clocks.tensor_clock_hz,
+        matrix_clock_hz=gpu.clocks.matrix_clock_hz,
         vector_flop_per_cycle=_rates(gpu.sm.vector_flop_per_cycle),
         matrix_flop_per_cycle=_rates(tc.dense_flop_per_cycle_per_sm) if tc else {},
         matrix_fp32_acc_flop_per_cycle=_rates(tc.fp32_accumulate_flop_per_cycle_per_sm) if tc else {},
