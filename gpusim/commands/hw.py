@@ -65,6 +65,7 @@ _ROWS: list[tuple[str, str, str]] = [
     ("peak_flop_per_s.fp8", "peak FP8", "flop_per_s"),
     ("peak_flop_per_s.int8", "peak INT8", "flop_per_s"),
     ("peak_flop_per_s.fp4", "peak FP4", "flop_per_s"),
+    ("sustained_tensor_clock_hz", "tensor clock in GEMMs", "hz"),
     ("dram_bandwidth_bytes_per_s", "DRAM bandwidth", "bytes_per_s"),
     ("dram_capacity_bytes", "DRAM capacity", "bytes"),
     ("l2_capacity_bytes", "L2 capacity", "bytes"),

@@ -106,6 +106,8 @@ def summary(desc: HardwareDescription) -> dict[str, Any]:
             out["peer_bandwidth_bytes_per_s"] = device.peer_links.num_links * device.peer_links.link_bandwidth_bytes_per_s
         if device.llc is not None:
             out["llc_capacity_bytes"] = device.llc.capacity_bytes
+        if device.clocks.sustained_tensor_clock_hz is not None:
+            out["sustained_tensor_clock_hz"] = device.clocks.sustained_tensor_clock_hz
     else:
         out["llc_capacity_bytes"] = device.llc.capacity_bytes
     if isinstance(desc, SystemDescription):
