@@ -12,7 +12,8 @@ from typing import Any, Iterator
 import pytest
 
 from gpusim.config import load_hardware
-from gpusim.config.derived import matrix_peak_flop_per_s, num_fp32_lanes, peak_flop_per_s, vector_peak_flop_per_s
+from gpusim.config.derived import (matrix_peak_flop_per_s, num_fp32_lanes, peak_flop_per_s, summary,
+                                   vector_peak_flop_per_s)
 from gpusim.config.hardware import CpuDescription, GpuDescription, SystemDescription
 from gpusim.config.library import builtin_dir, builtin_files
 from gpusim.config.loader import read_yaml
@@ -461,3 +462,6 @@ def test_the_matrix_pipes_run_at_the_measured_sustained_clock_where_one_is_given
     # without a measured clock the pipes run at the rated tensor clock
     h100 = machine_of(load_hardware("h100_sxm5_80gb"))
     assert h100.matrix_clock_hz == load_hardware("h100_sxm5_80gb").gpu.clocks.tensor_clock_hz == 1.83e9
+    # `gpusim hw show` lists the measured clock, and only where there is one
+    assert summary(load_hardware("mi325x"))["sustained_tensor_clock_hz"] == pytest.approx(1.447e9)
+    assert "sustained_tensor_clock_hz" not in summary(load_hardware("h100_sxm5_80gb"))
