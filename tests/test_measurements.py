@@ -202,6 +202,11 @@ def test_flagged_rows_are_excluded(kernels):
     assert len(included(kernels)) == len(kernels) - len(excluded)
 
 
+def _measured_flop_per_s(case) -> float:
+    """A matmul row's measured rate, from its FLOP/s or its time."""
+    return case.measured_flop_per_s or matmul_flop(case) / case.measured_time_s
+
+
 BOOST_ALLOWANCE = 1.10
 """GPU Boost may run a cool part above its rated boost clock (the RTX 4090's TF32 rows reach 1.04 of
 the 2,520 MHz peak); a rate more than 10% above the dense peak is a measurement fault (flag F8)."""
@@ -217,7 +222,7 @@ def test_no_scored_gemm_beats_its_dense_datasheet_peak(kernels):
         device = load_hardware(case.gpu).gpu
         dtype = gpusim_dtype(case.dtype)
         peak = peak_flop_per_s(device, dtype) or peak_flop_per_s(device, "fp32")
-        rate = case.measured_flop_per_s or matmul_flop(case) / case.measured_time_s
+        rate = _measured_flop_per_s(case)
         if rate > BOOST_ALLOWANCE * peak:
             over[case.case_id] = (round(rate / peak, 2), case.excluded)
     # the XLA sm_90 FP8 table (2,424-2,593 TFLOP/s against 1,979) is flagged F8 and kept out of the score
@@ -238,7 +243,7 @@ def test_no_scored_gemm_beats_its_vendors_maximum_achievable_rate(kernels):
     for case in kernels:
         if case.op != "matmul" or "_maf_" in case.case_id or (case.gpu, case.dtype) not in best:
             continue
-        rate = case.measured_flop_per_s or matmul_flop(case) / case.measured_time_s
+        rate = _measured_flop_per_s(case)
         if rate > MAF_ALLOWANCE * best[(case.gpu, case.dtype)]:
             over[case.case_id] = case.excluded
     # the XLA gfx942 FP8 table's 4096^3 entry (1,746 against 1,273 TFLOP/s) is kept out of the score
