@@ -5,7 +5,10 @@ that each must complete ``work`` units of progress. Per unit of progress each me
 ``demands[resource]`` bytes through shared resources (DRAM, L2, host link, ...), and a member can
 progress at most at ``max_rate`` (its own compute or latency limit). Rates are weighted max-min fair:
 all flows scale up together in proportion to their ``max_rate`` until a resource saturates; flows on
-that resource are frozen there and the rest continue. Rates change only when a flow starts or ends.
+that resource are frozen there and the rest continue. Rates change only when a flow starts or ends,
+and only for the flows connected to it through shared resources: max-min fairness splits over the
+connected components of the flow-resource graph, so a start or an end re-solves its component alone
+(a cluster's pipeline stages, each with its own ports, are many small components).
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ class FluidSystem:
     def __init__(self, env: simpy.Environment, capacities: dict[str, float]) -> None:
         self.env = env
         self.capacities = dict(capacities)
+        self._rank = {k: i for i, k in enumerate(self.capacities)}
         self.flows: list[Flow] = []
+        self._flows_on: dict[str, list[Flow]] = {k: [] for k in capacities}
+        """Active flows with a demand on each resource, in start order."""
         self.busy_bytes: dict[str, float] = {k: 0.0 for k in capacities}
         self._last = env.now
         self._changed = env.event()
@@ -52,7 +58,9 @@ class FluidSystem:
             if k not in self.capacities:
                 raise KeyError(f"unknown resource {k!r}")
         self.flows.append(flow)
-        self._recompute()
+        for k in flow.demands:
+            self._flows_on[k].append(flow)
+        self._recompute(self._component(list(flow.demands), [flow]))
         if not self._changed.triggered:
             self._changed.succeed()
         return flow
@@ -75,9 +83,30 @@ class FluidSystem:
             for k, d in f.demands.items():
                 self.busy_bytes[k] += progress * d * f.count
 
-    def _recompute(self) -> None:
-        active = [f for f in self.flows]
-        free = dict(self.capacities)
+    def _component(self, resources: list[str], seeds: list[Flow]) -> list[Flow]:
+        """The active flows connected to ``resources`` (and the ``seeds``) through shared resources,
+        in start order."""
+        members = {id(f) for f in seeds}
+        seen: set[str] = set()
+        stack = list(resources)
+        while stack:
+            res = stack.pop()
+            if res in seen:
+                continue
+            seen.add(res)
+            for f in self._flows_on[res]:
+                if id(f) not in members:
+                    members.add(id(f))
+                    stack.extend(f.demands)
+        return [f for f in self.flows if id(f) in members]
+
+    def _recompute(self, active: list[Flow]) -> None:
+        """Weighted max-min fair rates of ``active``, a union of connected components."""
+        if not active:
+            return
+        used = {k for f in active for k in f.demands}
+        # in the capacities' order, so that ties between bottlenecks break as they always have
+        free = {k: self.capacities[k] for k in sorted(used, key=self._rank.__getitem__)}
         lam = {id(f): 0.0 for f in active}
         unfrozen = list(active)
         for f in active:
@@ -99,8 +128,8 @@ class FluidSystem:
             for f in frozen:
                 lam[id(f)] = best_scale
                 f.limiter = bottleneck
-                for res in free:
-                    free[res] -= best_scale * f.max_rate * f.count * f.demands.get(res, 0.0)
+                for res, d in f.demands.items():
+                    free[res] -= best_scale * f.max_rate * f.count * d
             unfrozen = [f for f in unfrozen if f not in frozen]
         for f in active:
             f.rate = lam[id(f)] * f.max_rate
@@ -123,7 +152,10 @@ class FluidSystem:
             finished = [f for f in self.flows if f.remaining <= f.work * 1e-9 + _EPS]
             if finished:
                 self.flows = [f for f in self.flows if f not in finished]
-                self._recompute()
+                for f in finished:
+                    for k in f.demands:
+                        self._flows_on[k].remove(f)
+                self._recompute(self._component([k for f in finished for k in f.demands], []))
                 for f in finished:
                     f.remaining = 0.0
                     f.done.succeed(f)
