@@ -170,3 +170,30 @@ def test_single_gpu_training_rows_are_scored_on_forward_and_backward_without_the
 def test_single_gpu_rows_without_a_stated_configuration_are_skipped_with_the_reason():
     outcome = _single_gpu_case(_case("neusight_neusight_gpt3_xl_inference_2048x2_h100"))
     assert isinstance(outcome, Skipped) and "head count" in outcome.reason
+
+
+def test_megatron_fusion_launches_megatron_lms_kernels():
+    """Megatron-LM before fused attention: the QKV GEMM adds its bias (F.linear), the other GEMMs run
+    bare and hand their bias to one fused element-wise kernel (bias-GeLU, bias-dropout-add); attention
+    is QK^T with the scale as its alpha, one fused scale-mask-softmax, dropout and AV."""
+    items = ["config.num_layers=1", f"batch_size={B}", "precision=fp16"]
+    nodes = _nodes("gpt2_large_train", items + ["fusion=megatron"])
+    fwd = [(n.name, n.op) for n in nodes if n.phase == "forward" and n.name.startswith("layer0.")]
+    assert [name for name, _ in fwd] == [
+        "layer0.norm1", "layer0.qkv", "layer0.attention_qk", "layer0.attention_softmax", "layer0.attention_dropout",
+        "layer0.attention_av", "layer0.proj", "layer0.proj_bias", "layer0.norm2", "layer0.fc1", "layer0.fc1_bias",
+        "layer0.fc2", "layer0.fc2_bias"]
+    ops = dict(fwd)
+    assert ops["layer0.qkv"].epilogue == ("bias_add",)
+    assert ops["layer0.fc1"].epilogue == ops["layer0.proj"].epilogue == ops["layer0.fc2"].epilogue == ()
+    assert ops["layer0.fc1_bias"].function == "bias_add+gelu"
+    assert ops["layer0.proj_bias"].function == ops["layer0.fc2_bias"].function == "bias_add+dropout+add"
+    # the softmax reads the FP16 scores once and writes the probabilities once
+    softmax = next(n for n in nodes if n.name == "layer0.attention_softmax")
+    scores_bytes = B * H * S * S * 2
+    assert (softmax.bytes_read(), softmax.bytes_written()) == (scores_bytes, scores_bytes)
+
+    def moved(fusion):
+        return sum(n.bytes_read() + n.bytes_written() for n in _nodes("gpt2_large_train", items + [f"fusion={fusion}"]))
+
+    assert moved("default") < moved("megatron") < moved("none")

@@ -12,6 +12,11 @@ mask (causal or padding), softmax, (dropout), AV, and functions that models writ
 (:data:`~gpusim.workload.ops.EAGER_COMPOSITIONS`) run as one kernel per op.
 Fusion ``attention_only`` (eager PyTorch whose model code calls a FlashAttention kernel, as
 llm-foundry's MPT does): as ``none``, but attention stays its fused kernel.
+Fusion ``megatron`` (Megatron-LM's hand-fused kernels around plain cuBLAS GEMMs, as GPT training ran
+before fused attention kernels): a GEMM takes a lone bias into its epilogue (``F.linear`` with a bias)
+but nothing else; the element-wise runs after it merge into one kernel (the fused bias-GeLU and
+bias-dropout-add); attention is lowered to QK^T (the scale in its alpha), one fused scale-mask-softmax
+kernel, dropout and AV.
 
 Training, per micro-batch: the forward kernels; then, layer by layer in reverse, the recomputed
 forward (activation checkpointing), then for each op in reverse its backward kernels: the backward
@@ -53,7 +58,9 @@ from gpusim.workload.precision import PrecisionPolicy
 # ------------------------------------------------------------------------------------ lowering
 
 
-def _lower_attention(f: FwdOp, training: bool) -> list[FwdOp]:
+def _lower_attention(f: FwdOp, training: bool, fused_softmax: bool = False) -> list[FwdOp]:
+    """Unfused attention's kernels. ``fused_softmax``: the scale runs in the QK^T GEMM's alpha and the
+    mask (or score bias) inside the softmax kernel, as Megatron-LM's FusedScaleMaskSoftmax does."""
     op = f.op
     assert isinstance(op, Attention)
     qk, softmax, av = replace(op, kernel="unfused").decompose()
@@ -66,6 +73,8 @@ def _lower_attention(f: FwdOp, training: bool) -> list[FwdOp]:
     # add it even when nothing is padded); an ALiBi bias is added like a padding mask (MPT's torch
     # attention: scale, add the bias, then mask)
     steps = ("scale",) + (("alibi_add",) if op.score_bias else ()) + (("mask_fill",) if op.causal else ("mask_add",))
+    if fused_softmax:
+        steps = ()
     for step in steps:
         function = "mask_add" if step == "alibi_add" else step
         out.append(FwdOp(f"{f.name}_{step}", Elementwise(num_elements=softmax.elements(), function=function,
@@ -127,6 +136,10 @@ def lower_layer(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdO
 
 
 def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...]:
+    if fusion == "megatron":
+        ops = tuple(x for f in ops for x in (_lower_attention(f, training, fused_softmax=True)
+                                            if isinstance(f.op, Attention) and f.op.kernel != "unfused"
+                                            and f.op.variant == "forward" else (f,)))
     if fusion in ("none", "attention_only"):
         out: list[FwdOp] = []
         for f in ops:
@@ -158,6 +171,8 @@ def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...
                 epilogue.append(g.function)
                 params += ops[j].num_parameters
                 j += 1
+            if fusion == "megatron" and epilogue[len(op.epilogue):] != ["bias_add"]:
+                j = i + 1  # only a lone bias goes into the GEMM; longer runs merge below
             if j > i + 1:
                 aux = sum(1 for fn in epilogue if ELEMENTWISE_FUNCTIONS[fn].saves == "input") if training else 0
                 new_op = replace(op, epilogue=tuple(epilogue), epilogue_aux_outputs=aux)

@@ -370,11 +370,13 @@ class ModelWorkloadSpec(Spec):
     """Training only; default adamw."""
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
     gradient_accumulation_steps: count(le=10**6) = 1
-    fusion: Literal["none", "attention_only", "default"] = "default"
+    fusion: Literal["none", "attention_only", "default", "megatron"] = "default"
     """Kernel fusion: ``default`` (epilogues folded into GEMMs, element-wise runs merged, attention one
     fused kernel), ``none`` (eager PyTorch: every op its own kernel, attention lowered to its tensor
     ops) or ``attention_only`` (eager PyTorch calling a fused attention kernel: every op its own
-    kernel except attention, which stays the kernel ``config.attention_kernel`` names)."""
+    kernel except attention, which stays the kernel ``config.attention_kernel`` names) or
+    ``megatron`` (Megatron-LM before fused attention: GEMMs take only a lone bias, the element-wise
+    runs after them are one kernel each, attention is QK^T, a fused scale-mask-softmax, dropout, AV)."""
     tensor_instructions: Literal["native", "warp_mma"] = "native"
     """Which tensor-core instructions the libraries issue: ``native`` (the device's own; Hopper's
     ``wgmma`` as CUDA 12 cuBLAS, cuDNN and FlashAttention-3 use) or ``warp_mma`` (libraries built for
