@@ -34,6 +34,13 @@ NEMO_VOCAB = {"llama2_7b": 32000, "gpt3_175b": 50257}
 MEGATRON_VOCAB_DIVISOR = 128
 """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by (default 128, NeMo's GPT
 configs too) times the tensor-parallel size (megatron/training/tokenizer: _vocab_size_with_padding)."""
+NARAYANAN2021_GPT = {  # Narayanan et al. 2021 (SC'21), Tables 1 and 2: model -> (layers, hidden, heads)
+    "gpt_1.7b": (24, 2304, 24), "gpt_3.6b": (30, 3072, 32), "gpt_7.5b": (36, 4096, 32), "gpt_18.4b": (40, 6144, 48),
+    "gpt_39.1b": (48, 8192, 64), "gpt_76.1b": (60, 10240, 80), "gpt_145.6b": (80, 12288, 96),
+    "gpt_174.6b": (96, 12288, 96), "gpt_310.1b": (96, 16384, 128), "gpt_529.6b": (105, 20480, 128),
+    "gpt_1008b": (128, 25600, 160),
+}
+NARAYANAN2021_VOCAB = 51200
 GPT2_LARGE = dict(num_layers=36, hidden_size=1280, num_heads=20, seq_len=1024, vocab_size=50257, activation="gelu_new")
 # The single-GPU NeuSight rows: Hugging Face models built from their configs with eager attention,
 # timed with CUDA events around the forward call and around loss.backward() (no optimizer step);
@@ -132,6 +139,23 @@ def _training_workload(case):
             items += [f"batch_size={batch}", "parallelism.pipeline=4", "parallelism.schedule=gpipe"]
         return system, [], "gpt2_large_train", items
     layout = dict(re.findall(r"\b(TP|PP|VP|CP)(\d+)\b", par))
+    if case.case_id.startswith("narayanan2021_") and case.model in NARAYANAN2021_GPT and n and case.seq_len \
+            and case.global_batch_size and case.micro_batch_size and (par == "ZERO-3" or "TP" in layout):
+        # Megatron-LM of 2021 on Selene (DGX A100): mixed precision, activation recomputation, its
+        # hand-fused kernels around cuBLAS GEMMs, no distributed optimizer; ZeRO-3 rows shard
+        # everything over data parallelism alone
+        layers, hidden, heads = NARAYANAN2021_GPT[case.model]
+        t, p = (1, 1) if par == "ZERO-3" else (int(layout["TP"]), int(layout.get("PP", 1)))
+        d = n // (t * p)
+        m = case.global_batch_size // (d * case.micro_batch_size)
+        items = [f"config.num_layers={layers}", f"config.hidden_size={hidden}", f"config.num_heads={heads}",
+                 f"config.seq_len={case.seq_len}", f"config.vocab_size={NARAYANAN2021_VOCAB}",
+                 f"batch_size={case.micro_batch_size}", "precision=fp16", "activation_checkpointing=full",
+                 "fusion=megatron", f"parallelism.tensor={t}", f"parallelism.pipeline={p}", f"parallelism.data={d}",
+                 f"parallelism.zero_stage={3 if par == 'ZERO-3' else 0}"]
+        items += [f"parallelism.microbatches={m}", "parallelism.schedule=1f1b"] if p > 1 else \
+            [f"gradient_accumulation_steps={m}"]
+        return "dgx_a100", [("num_nodes", max(1, n // 8))], "gpt2_large_train", items
     if case.case_id.startswith("nemo_") and case.model in NEMO_WORKLOADS and n and case.global_batch_size \
             and case.seq_len and "TP" in layout and "PP" in layout and "CP" not in layout:
         # NeMo 24.12 performance recipes: micro-batch 1, Megatron's distributed optimizer (ZeRO-1),

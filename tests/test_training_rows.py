@@ -117,3 +117,31 @@ def test_accuracy_scores_a_given_training_csv(tmp_path, capsys):
     assert main(["accuracy", "--suite", "training", "--training-measurements", str(one)]) == 0
     out = capsys.readouterr().out
     assert str(one) in out and "llmfoundry_mpt_3b_h100_8gpu_amp_bf16_seq512" in out and "1 cases" in out
+
+
+def test_megatron_2021_rows_derive_tokens_from_the_papers_flop_count():
+    """Narayanan et al. 2021 give teraFLOP/s per GPU by their Eq. 3, 96 B s l h^2 (1 + s/6h + V/16lh)
+    per step; the rows store tokens/s/GPU = that rate over Eq. 3's FLOP per token. The 1T model by
+    hand: 163e12 / (96 x 128 x 25600^2 x (1 + 2048/153600 + 51200/(16 x 128 x 25600))) = 19.96."""
+    from gpusim.accuracy_cluster import NARAYANAN2021_GPT, NARAYANAN2021_VOCAB
+
+    rows = [c for c in load_training_cases() if c.case_id.startswith("narayanan2021_")]
+    rows += load_training_cases(heldout_dir() / "megatron_a100_narayanan2021.csv")
+    assert len(rows) == 22
+    one_t = next(c for c in rows if c.model == "gpt_1008b")
+    assert one_t.measured_tokens_per_s_per_gpu == pytest.approx(19.96, abs=0.005)
+    for c in rows:
+        layers, hidden, _ = NARAYANAN2021_GPT[c.model]
+        s, v = c.seq_len, NARAYANAN2021_VOCAB
+        per_token = 96 * layers * hidden**2 * (1 + s / (6 * hidden) + v / (16 * layers * hidden))
+        rate = c.measured_hfu_fraction * c.mfu_peak_flop_per_s
+        assert c.measured_tokens_per_s_per_gpu == pytest.approx(rate / per_token, rel=1e-3), c.case_id
+
+
+def test_the_1t_row_builds_the_papers_layout():
+    case = next(c for c in load_training_cases() if c.case_id == "narayanan2021_gpt_1t_3072gpu")
+    system, hw_over, name, items = _training_workload(case)
+    assert (system, hw_over) == ("dgx_a100", [("num_nodes", 384)])
+    for item in ("parallelism.tensor=8", "parallelism.pipeline=64", "parallelism.data=6",
+                 "parallelism.microbatches=512", "fusion=megatron", "activation_checkpointing=full"):
+        assert item in items
