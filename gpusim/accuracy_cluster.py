@@ -34,13 +34,15 @@ NEMO_VOCAB = {"llama2_7b": 32000, "gpt3_175b": 50257}
 MEGATRON_VOCAB_DIVISOR = 128
 """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by (default 128, NeMo's GPT
 configs too) times the tensor-parallel size (megatron/training/tokenizer: _vocab_size_with_padding)."""
-NARAYANAN2021_GPT = {  # Narayanan et al. 2021 (SC'21), Tables 1 and 2: model -> (layers, hidden, heads)
+MEGATRON_A100_GPT = {  # model -> (layers, hidden, heads): Narayanan et al. 2021, Tables 1-2; Korthikanti et al. 2022, Table 3
     "gpt_1.7b": (24, 2304, 24), "gpt_3.6b": (30, 3072, 32), "gpt_7.5b": (36, 4096, 32), "gpt_18.4b": (40, 6144, 48),
-    "gpt_39.1b": (48, 8192, 64), "gpt_76.1b": (60, 10240, 80), "gpt_145.6b": (80, 12288, 96),
-    "gpt_174.6b": (96, 12288, 96), "gpt_310.1b": (96, 16384, 128), "gpt_529.6b": (105, 20480, 128),
-    "gpt_1008b": (128, 25600, 160),
+    "gpt_22b": (48, 6144, 64), "gpt_39.1b": (48, 8192, 64), "gpt_76.1b": (60, 10240, 80),
+    "gpt_145.6b": (80, 12288, 96), "gpt_174.6b": (96, 12288, 96), "gpt_310.1b": (96, 16384, 128),
+    "gpt_529.6b": (105, 20480, 128), "gpt_1008b": (128, 25600, 160),
 }
-NARAYANAN2021_VOCAB = 51200
+MEGATRON_A100_VOCAB = 51200
+MEGATRON_A100_PAPERS = ("narayanan2021_", "korthikanti2022_")
+"""Case-id prefixes of the Megatron-LM runs on Selene (DGX A100) these papers report."""
 GPT2_LARGE = dict(num_layers=36, hidden_size=1280, num_heads=20, seq_len=1024, vocab_size=50257, activation="gelu_new")
 # The single-GPU NeuSight rows: Hugging Face models built from their configs with eager attention,
 # timed with CUDA events around the forward call and around loss.backward() (no optimizer step);
@@ -106,7 +108,7 @@ def _training_workload(case):
                  "config.position_embedding=alibi",
                  f"gradient_accumulation_steps={case.grad_accum_steps}", f"parallelism.data={n}",
                  "parallelism.zero_stage=3",
-                 f"activation_checkpointing={'full' if case.activation_checkpointing else 'none'}",
+                 f"activation_checkpointing={case.activation_checkpointing or 'none'}",
                  # the MPT yamls' attn_impl: triton, llm-foundry's flash_attn_triton.py (2022 Triton
                  # FlashAttention, num_stages=1), in the BF16 and the FP8 runs alike; the rest of the
                  # block is eager PyTorch (no torch.compile): nn.GELU and the residual adds run as
@@ -139,22 +141,29 @@ def _training_workload(case):
             items += [f"batch_size={batch}", "parallelism.pipeline=4", "parallelism.schedule=gpipe"]
         return system, [], "gpt2_large_train", items
     layout = dict(re.findall(r"\b(TP|PP|VP|CP)(\d+)\b", par))
-    if case.case_id.startswith("narayanan2021_") and case.model in NARAYANAN2021_GPT and n and case.seq_len \
+    if case.case_id.startswith(MEGATRON_A100_PAPERS) and case.model in MEGATRON_A100_GPT and n and case.seq_len \
             and case.global_batch_size and case.micro_batch_size and (par == "ZERO-3" or "TP" in layout):
-        # Megatron-LM of 2021 on Selene (DGX A100): mixed precision, activation recomputation, its
-        # hand-fused kernels around cuBLAS GEMMs, no distributed optimizer; ZeRO-3 rows shard
-        # everything over data parallelism alone
-        layers, hidden, heads = NARAYANAN2021_GPT[case.model]
+        # Megatron-LM of 2021-2022 on Selene (DGX A100): mixed precision, its hand-fused kernels
+        # around cuBLAS GEMMs, no distributed optimizer; "SP" adds sequence parallelism, "VPn" the
+        # interleaved schedule; ZeRO-3 rows shard everything over data parallelism alone
+        layers, hidden, heads = MEGATRON_A100_GPT[case.model]
         t, p = (1, 1) if par == "ZERO-3" else (int(layout["TP"]), int(layout.get("PP", 1)))
+        v = int(layout.get("VP", 1))
         d = n // (t * p)
         m = case.global_batch_size // (d * case.micro_batch_size)
         items = [f"config.num_layers={layers}", f"config.hidden_size={hidden}", f"config.num_heads={heads}",
-                 f"config.seq_len={case.seq_len}", f"config.vocab_size={NARAYANAN2021_VOCAB}",
-                 f"batch_size={case.micro_batch_size}", "precision=fp16", "activation_checkpointing=full",
+                 f"config.seq_len={case.seq_len}", f"config.vocab_size={MEGATRON_A100_VOCAB}",
+                 f"batch_size={case.micro_batch_size}", "precision=fp16",
+                 f"activation_checkpointing={case.activation_checkpointing or 'none'}",
                  "fusion=megatron", f"parallelism.tensor={t}", f"parallelism.pipeline={p}", f"parallelism.data={d}",
-                 f"parallelism.zero_stage={3 if par == 'ZERO-3' else 0}"]
-        items += [f"parallelism.microbatches={m}", "parallelism.schedule=1f1b"] if p > 1 else \
-            [f"gradient_accumulation_steps={m}"]
+                 f"parallelism.zero_stage={3 if par == 'ZERO-3' else 0}",
+                 f"parallelism.sequence_parallel={str('SP' in par.split()).lower()}"]
+        if p > 1:
+            items += [f"parallelism.microbatches={m}"]
+            items += ["parallelism.schedule=interleaved", f"parallelism.virtual_stages={v}"] if v > 1 else \
+                ["parallelism.schedule=1f1b"]
+        else:
+            items.append(f"gradient_accumulation_steps={m}")
         return "dgx_a100", [("num_nodes", max(1, n // 8))], "gpt2_large_train", items
     if case.case_id.startswith("nemo_") and case.model in NEMO_WORKLOADS and n and case.global_batch_size \
             and case.seq_len and "TP" in layout and "PP" in layout and "CP" not in layout:

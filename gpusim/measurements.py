@@ -29,6 +29,8 @@ from gpusim.config.library import builtin_dir
 from gpusim.errors import ConfigError
 
 EXCLUDE_PREFIX = "EXCLUDE:"
+CHECKPOINTING = ("none", "selective", "full")
+"""Values of a training row's ``activation_checkpointing``, as the workload's setting of that name."""
 
 KINDS = frozenset({"M", "D", "T"})
 CONFIDENCES = frozenset({"A", "B", "C"})
@@ -179,7 +181,8 @@ class TrainingCase:
     micro_batch_size: int | None
     grad_accum_steps: int | None
     parallelism: str | None
-    activation_checkpointing: bool | None
+    activation_checkpointing: str | None
+    """``none``, ``selective`` (Megatron's: the attention scores and softmax are recomputed) or ``full``."""
     measured_time_s: float | None
     measured_forward_time_s: float | None
     measured_backward_time_s: float | None
@@ -440,6 +443,9 @@ def _check_communication(case: CommunicationCase, error: Callable[[str, str], Co
 
 
 def _check_training(case: TrainingCase, error: Callable[[str, str], ConfigError]) -> None:
+    if case.activation_checkpointing not in (None, *CHECKPOINTING):
+        raise error("activation_checkpointing", f"must be one of {list(CHECKPOINTING)} or empty, "
+                                                f"got {case.activation_checkpointing!r}")
     if case.mode not in TRAINING_MODES:
         raise error("mode", f"must be one of {sorted(TRAINING_MODES)}, got {case.mode!r}")
     if case.metric not in _TRAINING_METRICS:

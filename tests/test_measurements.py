@@ -366,6 +366,19 @@ def test_bad_float_cell(tmp_path):
     assert "not a number" in _one_line(info.value)
 
 
+def test_checkpointing_names_the_workload_setting(tmp_path):
+    """A training row's activation_checkpointing takes the workload's values (none, selective, full);
+    the true/false of earlier versions of the file is an error naming the row and the column."""
+    def edit(rows, header):
+        rows[0]["activation_checkpointing"] = "true"
+        return rows, header
+
+    with pytest.raises(ConfigError) as info:
+        load_training_cases(_copy_with(tmp_path, "training.csv", edit))
+    assert info.value.key_path == "row 2.activation_checkpointing"
+    assert "'none', 'selective', 'full'" in _one_line(info.value)
+
+
 def test_missing_column(tmp_path):
     def edit(rows, header):
         return rows, [h for h in header if h != "measured_busbw_bytes_per_s"]

@@ -123,7 +123,7 @@ def test_megatron_2021_rows_derive_tokens_from_the_papers_flop_count():
     """Narayanan et al. 2021 give teraFLOP/s per GPU by their Eq. 3, 96 B s l h^2 (1 + s/6h + V/16lh)
     per step; the rows store tokens/s/GPU = that rate over Eq. 3's FLOP per token. The 1T model by
     hand: 163e12 / (96 x 128 x 25600^2 x (1 + 2048/153600 + 51200/(16 x 128 x 25600))) = 19.96."""
-    from gpusim.accuracy_cluster import NARAYANAN2021_GPT, NARAYANAN2021_VOCAB
+    from gpusim.accuracy_cluster import MEGATRON_A100_GPT, MEGATRON_A100_VOCAB
 
     rows = [c for c in load_training_cases() if c.case_id.startswith("narayanan2021_")]
     rows += load_training_cases(heldout_dir() / "megatron_a100_narayanan2021.csv")
@@ -131,8 +131,8 @@ def test_megatron_2021_rows_derive_tokens_from_the_papers_flop_count():
     one_t = next(c for c in rows if c.model == "gpt_1008b")
     assert one_t.measured_tokens_per_s_per_gpu == pytest.approx(19.96, abs=0.005)
     for c in rows:
-        layers, hidden, _ = NARAYANAN2021_GPT[c.model]
-        s, v = c.seq_len, NARAYANAN2021_VOCAB
+        layers, hidden, _ = MEGATRON_A100_GPT[c.model]
+        s, v = c.seq_len, MEGATRON_A100_VOCAB
         per_token = 96 * layers * hidden**2 * (1 + s / (6 * hidden) + v / (16 * layers * hidden))
         rate = c.measured_hfu_fraction * c.mfu_peak_flop_per_s
         assert c.measured_tokens_per_s_per_gpu == pytest.approx(rate / per_token, rel=1e-3), c.case_id
@@ -145,3 +145,21 @@ def test_the_1t_row_builds_the_papers_layout():
     for item in ("parallelism.tensor=8", "parallelism.pipeline=64", "parallelism.data=6",
                  "parallelism.microbatches=512", "fusion=megatron", "activation_checkpointing=full"):
         assert item in items
+
+
+def test_sequence_parallel_selective_recompute_and_interleaving_come_from_the_row():
+    """Korthikanti et al. 2022's 175B run with the paper's method: TP 8, PP 8 with 3 interleaved
+    stages per GPU, sequence parallelism, selective recomputation, 64 micro-batches."""
+    case = next(c for c in load_training_cases(heldout_dir() / "megatron_a100_korthikanti2022.csv")
+                if c.case_id == "korthikanti2022_gpt_174.6b_64gpu_selective_sp")
+    system, hw_over, _, items = _training_workload(case)
+    assert (system, hw_over) == ("dgx_a100", [("num_nodes", 8)])
+    for item in ("parallelism.sequence_parallel=true", "activation_checkpointing=selective",
+                 "parallelism.schedule=interleaved", "parallelism.virtual_stages=3", "parallelism.microbatches=64",
+                 "parallelism.data=1"):
+        assert item in items
+    full = next(c for c in load_training_cases(heldout_dir() / "megatron_a100_korthikanti2022.csv")
+                if c.case_id == "korthikanti2022_gpt_174.6b_64gpu_full_recompute")
+    items = _training_workload(full)[3]
+    assert "parallelism.sequence_parallel=false" in items and "activation_checkpointing=full" in items
+
