@@ -34,15 +34,17 @@ NEMO_VOCAB = {"llama2_7b": 32000, "gpt3_175b": 50257}
 MEGATRON_VOCAB_DIVISOR = 128
 """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by (default 128, NeMo's GPT
 configs too) times the tensor-parallel size (megatron/training/tokenizer: _vocab_size_with_padding)."""
-MEGATRON_A100_GPT = {  # model -> (layers, hidden, heads): Narayanan et al. 2021, Tables 1-2; Korthikanti et al. 2022, Table 3
+MEGATRON_A100_GPT = {  # model -> (layers, hidden, heads): Narayanan et al. 2021, Tables 1-2; Korthikanti et al.
+    # 2022, Table 3; MT-NLG 530B (Smith et al. 2022) is Narayanan's 529.6B
     "gpt_1.7b": (24, 2304, 24), "gpt_3.6b": (30, 3072, 32), "gpt_7.5b": (36, 4096, 32), "gpt_18.4b": (40, 6144, 48),
     "gpt_22b": (48, 6144, 64), "gpt_39.1b": (48, 8192, 64), "gpt_76.1b": (60, 10240, 80),
     "gpt_145.6b": (80, 12288, 96), "gpt_174.6b": (96, 12288, 96), "gpt_310.1b": (96, 16384, 128),
     "gpt_529.6b": (105, 20480, 128), "gpt_1008b": (128, 25600, 160),
 }
 MEGATRON_A100_VOCAB = 51200
-MEGATRON_A100_PAPERS = ("narayanan2021_", "korthikanti2022_")
-"""Case-id prefixes of the Megatron-LM runs on Selene (DGX A100) these papers report."""
+MEGATRON_A100_PAPERS = ("narayanan2021_", "korthikanti2022_", "smith2022_")
+"""Case-id prefixes of the Megatron-LM runs on Selene (DGX A100) these papers report (MT-NLG's with
+DeepSpeed's pipeline engine)."""
 GPT2_LARGE = dict(num_layers=36, hidden_size=1280, num_heads=20, seq_len=1024, vocab_size=50257, activation="gelu_new")
 # The single-GPU NeuSight rows: Hugging Face models built from their configs with eager attention,
 # timed with CUDA events around the forward call and around loss.backward() (no optimizer step);
