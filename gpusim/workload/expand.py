@@ -135,16 +135,19 @@ def lower_layer(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdO
     return _with_fp8_casts(_fuse(ops, fusion, training), training)
 
 
+def _fused_attention(f: FwdOp) -> bool:
+    """A forward attention op that runs as one fused kernel (the fusions that unfuse it lower it)."""
+    return isinstance(f.op, Attention) and f.op.kernel != "unfused" and f.op.variant == "forward"
+
+
 def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...]:
     if fusion == "megatron":
-        ops = tuple(x for f in ops for x in (_lower_attention(f, training, fused_softmax=True)
-                                            if isinstance(f.op, Attention) and f.op.kernel != "unfused"
-                                            and f.op.variant == "forward" else (f,)))
+        ops = tuple(x for f in ops
+                    for x in (_lower_attention(f, training, fused_softmax=True) if _fused_attention(f) else (f,)))
     if fusion in ("none", "attention_only"):
         out: list[FwdOp] = []
         for f in ops:
-            if (fusion == "none" and isinstance(f.op, Attention) and f.op.kernel != "unfused"
-                    and f.op.variant == "forward"):
+            if fusion == "none" and _fused_attention(f):
                 out.extend(_lower_attention(f, training))
             elif isinstance(f.op, Elementwise) and f.op.function in EAGER_COMPOSITIONS:
                 out.extend(replace(f, name=f"{f.name}_{i}_{step}", op=replace(f.op, function=step), saved_bytes=None,

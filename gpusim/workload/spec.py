@@ -373,7 +373,7 @@ class ModelWorkloadSpec(Spec):
     fusion: Literal["none", "attention_only", "default", "megatron"] = "default"
     """Kernel fusion: ``default`` (epilogues folded into GEMMs, element-wise runs merged, attention one
     fused kernel), ``none`` (eager PyTorch: every op its own kernel, attention lowered to its tensor
-    ops) or ``attention_only`` (eager PyTorch calling a fused attention kernel: every op its own
+    ops), ``attention_only`` (eager PyTorch calling a fused attention kernel: every op its own
     kernel except attention, which stays the kernel ``config.attention_kernel`` names) or
     ``megatron`` (Megatron-LM before fused attention: GEMMs take only a lone bias, the element-wise
     runs after them are one kernel each, attention is QK^T, a fused scale-mask-softmax, dropout, AV)."""
