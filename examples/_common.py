@@ -13,7 +13,7 @@ from gpusim.config import load_hardware, summary
 from gpusim.errors import GpusimError
 
 __all__ = ["simulate_named", "load_hardware", "summary", "GpusimError", "run", "try_run", "bar_chart",
-           "verdict", "cli", "ratio_text", "published"]
+           "verdict", "cli", "ratio_text", "published", "published_training"]
 
 
 def run(hw: str, workload: str, *overrides: str, **kwargs):
@@ -35,8 +35,22 @@ def published(*case_ids: str) -> list[dict[str, Any]]:
     from gpusim.accuracy import run_accuracy
     from gpusim.measurements import load_kernel_cases
 
-    wanted = [c for c in load_kernel_cases() if c.case_id in case_ids]
-    results, _ = run_accuracy(wanted)
+    results, _ = run_accuracy([c for c in load_kernel_cases() if c.case_id in case_ids])
+    return _printed(results)
+
+
+def published_training(file_name: str, *case_ids: str) -> list[dict[str, Any]]:
+    """As :func:`published`, for training rows of ``file_name`` in measurements/heldout (or
+    ``training.csv`` for the scored set), simulated as `gpusim accuracy --suite training` does."""
+    from gpusim.accuracy_cluster import run_training
+    from gpusim.measurements import heldout_dir, load_training_cases
+
+    path = None if file_name == "training.csv" else heldout_dir() / file_name
+    results, _ = run_training([c for c in load_training_cases(path) if c.case_id in case_ids])
+    return _printed(results)
+
+
+def _printed(results) -> list[dict[str, Any]]:
     rows = []
     for r in results:
         print(f"  published {r.case_id}: measured {r.measured:.4g} {r.metric}, simulated {r.simulated:.4g} "
