@@ -29,8 +29,15 @@ MPT_CONFIGS = {  # mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml 
     "mpt_30b": (7168, 48, 64), "mpt_70b": (8192, 80, 64),
 }
 MPT_VOCAB = 50368
-NEMO_WORKLOADS = {"llama2_7b": "llama2_7b_train", "gpt3_175b": "gpt3_175b_train"}
-NEMO_VOCAB = {"llama2_7b": 32000, "gpt3_175b": 50257}
+NEMO_MODELS = {  # model -> (a built-in workload of the family, its tokenizer's vocabulary, NeMo's config)
+    "llama2_7b": ("llama2_7b_train", 32000, ()), "gpt3_175b": ("gpt3_175b_train", 50257, ()),
+    "gpt3_5b": ("gpt3_175b_train", 50257, ("num_layers=24", "hidden_size=4096", "num_heads=32")),
+    "gpt3_20b": ("gpt3_175b_train", 50257, ("num_layers=44", "hidden_size=6144", "num_heads=48")),
+    "llama2_13b": ("llama2_7b_train", 32000, ("num_layers=40", "hidden_size=5120", "num_heads=40",
+                                              "ffn_hidden_size=13824")),
+    "llama2_70b": ("llama2_7b_train", 32000, ("num_layers=80", "hidden_size=8192", "num_heads=64", "num_kv_heads=8",
+                                              "ffn_hidden_size=28672")),
+}
 MEGATRON_VOCAB_DIVISOR = 128
 """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by (default 128, NeMo's GPT
 configs too) times the tensor-parallel size (megatron/training/tokenizer: _vocab_size_with_padding)."""
@@ -167,16 +174,20 @@ def _training_workload(case):
         else:
             items.append(f"gradient_accumulation_steps={m}")
         return "dgx_a100", [("num_nodes", max(1, n // 8))], "gpt2_large_train", items
-    if case.case_id.startswith("nemo_") and case.model in NEMO_WORKLOADS and n and case.global_batch_size \
+    if case.case_id.startswith("nemo_") and case.model in NEMO_MODELS and n and case.global_batch_size \
             and case.seq_len and "TP" in layout and "PP" in layout and "CP" not in layout:
-        # NeMo 24.12 performance recipes: micro-batch 1, Megatron's distributed optimizer (ZeRO-1),
-        # sequence parallelism with tensor parallelism, Transformer Engine FP8 with cuDNN fused attention
+        # NeMo's performance recipes: the table's micro-batch (1 where it gives none), Megatron's
+        # distributed optimizer (ZeRO-1), sequence parallelism with tensor parallelism, Transformer
+        # Engine FP8 with cuDNN fused attention
         t, p, v = int(layout["TP"]), int(layout["PP"]), int(layout.get("VP", 1))
         d = n // (t * p)
-        micro = case.global_batch_size // d
+        mbs = case.micro_batch_size or 1
+        micro = case.global_batch_size // (d * mbs)
         multiple = MEGATRON_VOCAB_DIVISOR * t
-        vocab = math.ceil(NEMO_VOCAB[case.model] / multiple) * multiple
-        items = [f"config.seq_len={case.seq_len}", f"config.vocab_size={vocab}", "batch_size=1",
+        workload, vocab, config = NEMO_MODELS[case.model]
+        vocab = math.ceil(vocab / multiple) * multiple
+        items = [f"config.{c}" for c in config] + [
+                 f"config.seq_len={case.seq_len}", f"config.vocab_size={vocab}", f"batch_size={mbs}",
                  f"precision={case.precision}",
                  "activation_checkpointing=none", "config.attention_kernel=fused_async",
                  f"parallelism.tensor={t}", f"parallelism.pipeline={p}", f"parallelism.data={d}",
@@ -186,7 +197,7 @@ def _training_workload(case):
                       f"parallelism.schedule={'interleaved' if v > 1 else '1f1b'}", f"parallelism.virtual_stages={v}"]
         else:
             items.append(f"gradient_accumulation_steps={micro}")
-        return "dgx_h100", [("num_nodes", max(1, n // 8))], NEMO_WORKLOADS[case.model], items
+        return "dgx_h100", [("num_nodes", max(1, n // 8))], workload, items
     return None
 
 

@@ -163,3 +163,17 @@ def test_sequence_parallel_selective_recompute_and_interleaving_come_from_the_ro
     items = _training_workload(full)[3]
     assert "parallelism.sequence_parallel=false" in items and "activation_checkpointing=full" in items
 
+
+def test_nemo_rows_run_the_tables_micro_batch():
+    """NeMo 24.07's GPT-3 5B row: 64 GPUs, global batch 2,048, micro-batch 4, no model parallelism: 8
+    micro-batches per GPU of 4 sequences each. The 24.12 rows give no micro-batch: 1."""
+    case = next(c for c in load_training_cases(heldout_dir() / "nemo_2407_h100_fp8.csv")
+                if c.case_id == "nemo_2407_gpt3_5b_64gpu")
+    items = _training_workload(case)[3]
+    for item in ("config.num_layers=24", "config.hidden_size=4096", "batch_size=4", "gradient_accumulation_steps=8",
+                 "parallelism.data=64", "precision=fp8"):
+        assert item in items
+    scored = next(c for c in load_training_cases() if c.case_id == "nemo_llama2_7b_8gpu")
+    items = _training_workload(scored)[3]
+    assert "batch_size=1" in items and "gradient_accumulation_steps=16" in items
+
