@@ -159,6 +159,8 @@ def _training_workload(case):
         t, p = (1, 1) if par == "ZERO-3" else (int(layout["TP"]), int(layout.get("PP", 1)))
         v = int(layout.get("VP", 1))
         d = n // (t * p)
+        if n % (t * p) or case.global_batch_size % (d * case.micro_batch_size):
+            return None  # Megatron needs whole data-parallel groups and micro-batches
         m = case.global_batch_size // (d * case.micro_batch_size)
         items = [f"config.num_layers={layers}", f"config.hidden_size={hidden}", f"config.num_heads={heads}",
                  f"config.seq_len={case.seq_len}", f"config.vocab_size={MEGATRON_A100_VOCAB}",

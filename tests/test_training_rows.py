@@ -177,3 +177,11 @@ def test_nemo_rows_run_the_tables_micro_batch():
     items = _training_workload(scored)[3]
     assert "batch_size=1" in items and "gradient_accumulation_steps=16" in items
 
+
+
+def test_a_megatron_row_whose_batch_does_not_split_is_skipped_with_a_reason():
+    import dataclasses
+
+    case = next(c for c in load_training_cases() if c.case_id == "narayanan2021_gpt_1t_3072gpu")
+    results, skipped = run_training([dataclasses.replace(case, global_batch_size=3001)])  # 6 data-parallel groups
+    assert not results and len(skipped) == 1 and "layout, batch or model" in skipped[0].reason
