@@ -179,8 +179,10 @@ def _training_workload(case):
     if case.case_id.startswith("nemo_") and case.model in NEMO_MODELS and n and case.global_batch_size \
             and case.seq_len and "TP" in layout and "PP" in layout and "CP" not in layout:
         # NeMo's performance recipes: the table's micro-batch (1 where it gives none), Megatron's
-        # distributed optimizer (ZeRO-1), sequence parallelism with tensor parallelism, Transformer
-        # Engine FP8 with cuDNN fused attention
+        # distributed optimizer (ZeRO-1), sequence parallelism with tensor parallelism, whose
+        # collectives userbuffers overlap with the GEMMs on H100 (the recipes' MegatronCommOverlapCallback
+        # with the tp_overlap_configs/userbuffers.py presets), Transformer Engine FP8 with cuDNN fused
+        # attention
         t, p, v = int(layout["TP"]), int(layout["PP"]), int(layout.get("VP", 1))
         d = n // (t * p)
         mbs = case.micro_batch_size or 1
@@ -193,7 +195,8 @@ def _training_workload(case):
                  f"precision={case.precision}",
                  "activation_checkpointing=none", "config.attention_kernel=fused_async",
                  f"parallelism.tensor={t}", f"parallelism.pipeline={p}", f"parallelism.data={d}",
-                 "parallelism.zero_stage=1", f"parallelism.sequence_parallel={str(t > 1).lower()}"]
+                 "parallelism.zero_stage=1", f"parallelism.sequence_parallel={str(t > 1).lower()}",
+                 f"parallelism.tp_comm_overlap={str(t > 1).lower()}"]
         if p > 1:
             items += [f"parallelism.microbatches={micro}",
                       f"parallelism.schedule={'interleaved' if v > 1 else '1f1b'}", f"parallelism.virtual_stages={v}"]

@@ -134,3 +134,49 @@ def test_fsdp_gathering_fp32_parameters_moves_their_bytes():
     runs = [simulate_system(hw, _gpt(base + extra)) for extra in ([], ["parallelism.param_gather_dtype=fp32"])]
     moved = [r.link_utilization["stage0.nvlink_tx"] * r.step_time_s for r in runs]
     assert moved[1] / moved[0] == pytest.approx(10 / 6, rel=1e-6)
+
+
+def _one_stage_tp_step(comm_s: float, overlap: bool, sm_fraction: float = 0.0):
+    # One stage, one micro-batch: 1 s of forward and 2 s of backward compute, each followed by
+    # tensor-parallel collectives that alone take comm_s on the port.
+    import dataclasses
+
+    from gpusim.engine.collectives import CollectivePlan, fabric_of
+
+    fabric = dataclasses.replace(fabric_of(load_hardware("dgx_h100")), collective_sm_fraction=sm_fraction)
+    rate = fabric.intra_port_bytes_per_s
+    plan = CollectivePlan("all_reduce", "ring", "Simple", 1e9, 8, 0.0, comm_s * rate, 0.0, rate, rate)
+    stage = StageModel([ChunkModel(1.0, 2.0, 1, layer_comm_forward=[plan], layer_comm_backward=[plan])])
+    return run_step(fabric, [stage], LayoutPlan("1f1b", 1, 1, 1, tp_overlap=overlap))
+
+
+@pytest.mark.parametrize("comm_s,serial_s,overlapped_s", [(0.4, 3.8, 3.0), (1.5, 6.0, 3.5)])
+def test_overlapped_tensor_parallel_collectives_wait_only_for_the_longer_of_the_two(comm_s, serial_s, overlapped_s):
+    # after: 1 + c + 2 + c; beside: max(1, c) + max(2, c)
+    assert _one_stage_tp_step(comm_s, False).step_s == pytest.approx(serial_s, rel=1e-9)
+    overlapped = _one_stage_tp_step(comm_s, True)
+    assert overlapped.step_s == pytest.approx(overlapped_s, rel=1e-9)
+    assert overlapped.exposed_comm_s == pytest.approx(overlapped_s - 3.0, abs=1e-9)
+
+
+def test_overlapped_tensor_parallel_collectives_take_their_sms_from_the_compute():
+    # 0.4 s of collectives beside 1 s of forward compute with a quarter of the SMs held: the compute
+    # advances at 0.75 for 0.4 s, so the forward ends 0.1 s later; the same in the backward.
+    free, held = _one_stage_tp_step(0.4, True), _one_stage_tp_step(0.4, True, sm_fraction=0.25)
+    assert held.step_s - free.step_s == pytest.approx(0.2, rel=1e-9)
+
+
+def test_tp_comm_overlap_never_makes_a_step_slower():
+    hw = load_hardware("dgx_h100")
+    base = ["parallelism.tensor=4", "parallelism.sequence_parallel=true"]
+    on = simulate_system(hw, _gpt(base + ["parallelism.tp_comm_overlap=true"]))
+    off = simulate_system(hw, _gpt(base))
+    assert on.step_time_s < off.step_time_s
+    assert on.time_breakdown_s["exposed_communication"] < off.time_breakdown_s["exposed_communication"]
+
+
+def test_tp_comm_overlap_with_expert_parallelism_is_a_one_line_error():
+    with pytest.raises(ConfigError) as info:
+        load_workload("mixtral_8x7b_inference", ["parallelism.data=8", "parallelism.expert=8",
+                                                 "parallelism.tp_comm_overlap=true"])
+    assert "tp_comm_overlap" in str(info.value) and "\n" not in str(info.value)

@@ -176,6 +176,9 @@ def test_nemo_rows_run_the_tables_micro_batch():
     scored = next(c for c in load_training_cases() if c.case_id == "nemo_llama2_7b_8gpu")
     items = _training_workload(scored)[3]
     assert "batch_size=1" in items and "gradient_accumulation_steps=16" in items
+    assert "parallelism.tp_comm_overlap=false" in items  # no tensor parallelism, nothing to overlap
+    tp4 = next(c for c in load_training_cases() if c.case_id == "nemo_gpt3_175b_128gpu")
+    assert "parallelism.tp_comm_overlap=true" in _training_workload(tp4)[3]  # NeMo's userbuffers on H100
 
 
 

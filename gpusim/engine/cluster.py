@@ -118,6 +118,7 @@ class LayoutPlan:
     num_chunks: int
     zero_stage: int = 0
     overlap: bool = True
+    tp_overlap: bool = False
     bucket_bytes: float = 25e6
     dp_plan: Any = None  # callable(collective, bytes) -> CollectivePlan over the data-parallel group
     p2p_plan: Any = None  # callable(bytes) -> CollectivePlan between adjacent stages
@@ -285,6 +286,11 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             start = env.now
             compute = ch.forward_s if kind == "F" else ch.backward_s
             comm = fw_comm[s][c] if kind == "F" else bw_comm[s][c]
+            tp_overlapped = None
+            if comm is not None and lp.tp_overlap:
+                # the collectives run beside the compute (below), which slows while they hold SMs
+                tp_overlapped = env.process(flow(comm, s, label="tensor parallel, overlapped"))
+                comm = None
             zero3 = None
             if lp.zero_stage == 3 and lp.dp_plan is not None:
                 zero3 = [lp.dp_plan("all_gather", ch.param_bytes)]
@@ -324,6 +330,10 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                     submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
             else:
                 yield from compute_for(s, compute)
+            if tp_overlapped is not None:
+                t1 = env.now
+                yield tp_overlapped
+                stats[s]["comm"] += env.now - t1
             if comm is not None:
                 t1 = env.now
                 yield from flow(comm, s, label="tensor/expert parallel")
@@ -577,7 +587,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
     pp_stride = t * d
     lp = LayoutPlan(
         schedule=par.schedule if p > 1 else "1f1b", num_stages=p, num_microbatches=m, num_chunks=v if lm else 1,
-        zero_stage=par.zero_stage, overlap=par.overlap_communication, bucket_bytes=par.bucket_bytes,
+        zero_stage=par.zero_stage, overlap=par.overlap_communication, tp_overlap=par.tp_comm_overlap,
+        bucket_bytes=par.bucket_bytes,
         dp_plan=(lambda coll, nbytes: group_plan(coll, nbytes, d, t)) if d > 1 else None,
         p2p_plan=(lambda nbytes: plan_collective("send_recv", nbytes, 2, fabric,
                                                  gpus_per_node=1 if pp_stride >= gpn else 2)) if p > 1 else None,

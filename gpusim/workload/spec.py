@@ -326,6 +326,11 @@ class ParallelismSpec(Spec):
     """Expert parallelism for mixture-of-experts models: experts split over this many data-parallel GPUs."""
     overlap_communication: bool = True
     """Overlap data-parallel gradient reduction (and ZeRO-3 parameter gathers) with compute."""
+    tp_comm_overlap: bool = False
+    """Overlap tensor-parallel collectives with the GEMMs that produce and consume them (Megatron-LM's
+    ``--tp-comm-overlap``, Transformer Engine's userbuffers): a layer group's collectives run while its
+    compute does, holding the collectives' share of the SMs, and the group waits for the longer of the
+    two. Off, they run after the compute (Megatron's default)."""
     bucket_bytes: NumBytes = 25e6
     """Gradient bucket for the overlapped data-parallel reduction (PyTorch DDP's default 25 MB)."""
     param_gather_dtype: Optional[Literal["fp32", "bf16", "fp16", "fp8"]] = None
@@ -341,6 +346,9 @@ class ParallelismSpec(Spec):
             raise field_error("virtual_stages", "virtual stages need schedule: interleaved")
         if self.schedule == "interleaved" and self.virtual_stages < 2:
             raise field_error("schedule", "the interleaved schedule needs virtual_stages >= 2")
+        if self.tp_comm_overlap and self.expert > 1:
+            raise field_error("tp_comm_overlap", "overlapping tensor-parallel collectives is modelled for dense "
+                              "layers only, not with expert parallelism (its all-to-alls)")
         if self.data % self.expert:
             raise field_error("expert", f"expert {self.expert} does not divide data {self.data} (experts are "
                               "spread over data-parallel GPUs)")
