@@ -180,3 +180,14 @@ def test_tp_comm_overlap_with_expert_parallelism_is_a_one_line_error():
         load_workload("mixtral_8x7b_inference", ["parallelism.data=8", "parallelism.expert=8",
                                                  "parallelism.tp_comm_overlap=true"])
     assert "tp_comm_overlap" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_run_names_the_tensor_parallel_settings_it_used(capsys):
+    from gpusim.cli import main
+
+    common = ["run", "dgx_h100", "gpt2_large_train", "--set", "config.num_layers=2", "--set", "parallelism.tensor=4"]
+    assert main(common + ["--set", "parallelism.sequence_parallel=true", "--set", "parallelism.tp_comm_overlap=true"]) == 0
+    out = capsys.readouterr().out
+    assert "tensor 4" in out and "sequence parallel, tensor-parallel collectives overlapped" in out
+    assert main(common) == 0
+    assert "overlapped" not in capsys.readouterr().out

@@ -117,8 +117,12 @@ def print_summary(result) -> None:
               f"busbw {result.busbw_bytes_per_s / 1e9:,.1f} GB/s")
     if result.parallelism:
         par = result.parallelism
+        flags = [name for key, name in (("sequence_parallel", "sequence parallel"),
+                                        ("tp_comm_overlap", "tensor-parallel collectives overlapped"))
+                 if par.get(key) and par.get("tensor", 1) > 1]
         print(f"  {result.num_gpus} GPUs: data {par.get('data')}, tensor {par.get('tensor')}, pipeline "
-              f"{par.get('pipeline')}, schedule {par.get('schedule')}, zero {par.get('zero_stage')}")
+              f"{par.get('pipeline')}, schedule {par.get('schedule')}, zero {par.get('zero_stage')}"
+              + "".join(f", {f}" for f in flags))
         busiest = sorted(result.link_utilization.items(), key=lambda kv: kv[1], reverse=True)[:4]
         if busiest:
             print("  busiest links: " + ", ".join(f"{k} {u:.0%}" for k, u in busiest))
