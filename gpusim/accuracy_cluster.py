@@ -101,6 +101,16 @@ def _system_of(case) -> str:
     return case.system or ("dgx_a100" if case.gpu.startswith("a100") else "dgx_h100")
 
 
+def _micro_batch_items(stages: int, virtual_stages: int, micro_batches: int) -> list[str]:
+    """Workload overrides for ``micro_batches`` per step: a pipeline's micro-batches (1F1B, or the
+    interleaved schedule where each stage holds several chunks), else gradient accumulation."""
+    if stages == 1:
+        return [f"gradient_accumulation_steps={micro_batches}"]
+    return [f"parallelism.microbatches={micro_batches}",
+            f"parallelism.schedule={'interleaved' if virtual_stages > 1 else '1f1b'}",
+            f"parallelism.virtual_stages={virtual_stages}"]
+
+
 def _training_workload(case):
     """(system, hardware overrides, workload name, overrides) for a case gpusim can build, else a reason."""
     par = (case.parallelism or "").upper()
@@ -169,12 +179,7 @@ def _training_workload(case):
                  "fusion=megatron", f"parallelism.tensor={t}", f"parallelism.pipeline={p}", f"parallelism.data={d}",
                  f"parallelism.zero_stage={3 if par == 'ZERO-3' else 0}",
                  f"parallelism.sequence_parallel={str('SP' in par.split()).lower()}"]
-        if p > 1:
-            items += [f"parallelism.microbatches={m}"]
-            items += ["parallelism.schedule=interleaved", f"parallelism.virtual_stages={v}"] if v > 1 else \
-                ["parallelism.schedule=1f1b"]
-        else:
-            items.append(f"gradient_accumulation_steps={m}")
+        items += _micro_batch_items(p, v, m)
         return "dgx_a100", [("num_nodes", max(1, n // 8))], "gpt2_large_train", items
     if case.case_id.startswith("nemo_") and case.model in NEMO_MODELS and n and case.global_batch_size \
             and case.seq_len and "TP" in layout and "PP" in layout and "CP" not in layout:
@@ -197,11 +202,7 @@ def _training_workload(case):
                  f"parallelism.tensor={t}", f"parallelism.pipeline={p}", f"parallelism.data={d}",
                  "parallelism.zero_stage=1", f"parallelism.sequence_parallel={str(t > 1).lower()}",
                  f"parallelism.tp_comm_overlap={str(t > 1).lower()}"]
-        if p > 1:
-            items += [f"parallelism.microbatches={micro}",
-                      f"parallelism.schedule={'interleaved' if v > 1 else '1f1b'}", f"parallelism.virtual_stages={v}"]
-        else:
-            items.append(f"gradient_accumulation_steps={micro}")
+        items += _micro_batch_items(p, v, micro)
         return "dgx_h100", [("num_nodes", max(1, n // 8))], workload, items
     return None
 

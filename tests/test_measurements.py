@@ -340,43 +340,39 @@ def _one_line(error: ConfigError) -> str:
     return text
 
 
-def test_non_numeric_cell_names_file_row_and_column(tmp_path):
+def _error_with_cell(tmp_path: Path, name: str, load, row: int, column: str, value: str):
+    """(the ConfigError, the file) of loading ``name`` with data row ``row`` (0-based) of ``column`` set to ``value``."""
     def edit(rows, header):
-        rows[1]["m"] = "4096x"  # data row 2 = line 3
+        rows[row][column] = value
         return rows, header
 
+    path = _copy_with(tmp_path, name, edit)
+    with pytest.raises(ConfigError) as info:
+        load(path)
+    return info.value, path
+
+
+def test_non_numeric_cell_names_file_row_and_column(tmp_path):
     rows = raw_rows("kernels.csv")
     assert rows[1]["op"] == "pointer_chase"  # any row: the m column is parsed for every op
-    path = _copy_with(tmp_path, "kernels.csv", edit)
-    with pytest.raises(ConfigError) as info:
-        load_kernel_cases(path)
-    text = _one_line(info.value)
-    assert info.value.key_path == "row 3.m"
+    error, path = _error_with_cell(tmp_path, "kernels.csv", load_kernel_cases, 1, "m", "4096x")  # line 3
+    text = _one_line(error)
+    assert error.key_path == "row 3.m"
     assert str(path) in text and "not an integer: '4096x'" in text
 
 
 def test_bad_float_cell(tmp_path):
-    def edit(rows, header):
-        rows[0]["measured_latency_s"] = "21.7 ns"
-        return rows, header
-
-    with pytest.raises(ConfigError) as info:
-        load_kernel_cases(_copy_with(tmp_path, "kernels.csv", edit))
-    assert info.value.key_path == "row 2.measured_latency_s"
-    assert "not a number" in _one_line(info.value)
+    error, _ = _error_with_cell(tmp_path, "kernels.csv", load_kernel_cases, 0, "measured_latency_s", "21.7 ns")
+    assert error.key_path == "row 2.measured_latency_s"
+    assert "not a number" in _one_line(error)
 
 
 def test_checkpointing_names_the_workload_setting(tmp_path):
     """A training row's activation_checkpointing takes the workload's values (none, selective, full);
     the true/false of earlier versions of the file is an error naming the row and the column."""
-    def edit(rows, header):
-        rows[0]["activation_checkpointing"] = "true"
-        return rows, header
-
-    with pytest.raises(ConfigError) as info:
-        load_training_cases(_copy_with(tmp_path, "training.csv", edit))
-    assert info.value.key_path == "row 2.activation_checkpointing"
-    assert "'none', 'selective', 'full'" in _one_line(info.value)
+    error, _ = _error_with_cell(tmp_path, "training.csv", load_training_cases, 0, "activation_checkpointing", "true")
+    assert error.key_path == "row 2.activation_checkpointing"
+    assert "'none', 'selective', 'full'" in _one_line(error)
 
 
 def test_missing_column(tmp_path):
