@@ -37,6 +37,10 @@ NEMO_MODELS = {  # model -> (a built-in workload of the family, its tokenizer's 
                                               "ffn_hidden_size=13824")),
     "llama2_70b": ("llama2_7b_train", 32000, ("num_layers=80", "hidden_size=8192", "num_heads=64", "num_kv_heads=8",
                                               "ffn_hidden_size=28672")),
+    # Llama 3 (meta-llama/Meta-Llama-3-8B and -70B config.json): 128,256-token vocabulary
+    "llama3_8b": ("llama2_7b_train", 128256, ("num_kv_heads=8", "ffn_hidden_size=14336")),
+    "llama3_70b": ("llama2_7b_train", 128256, ("num_layers=80", "hidden_size=8192", "num_heads=64", "num_kv_heads=8",
+                                               "ffn_hidden_size=28672")),
 }
 MEGATRON_VOCAB_DIVISOR = 128
 """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by (default 128, NeMo's GPT
@@ -182,14 +186,14 @@ def _training_workload(case):
         items += _micro_batch_items(p, v, m)
         return "dgx_a100", [("num_nodes", max(1, n // 8))], "gpt2_large_train", items
     if case.case_id.startswith("nemo_") and case.model in NEMO_MODELS and n and case.global_batch_size \
-            and case.seq_len and "TP" in layout and "PP" in layout and "CP" not in layout:
+            and case.seq_len and "TP" in layout and "PP" in layout:
         # NeMo's performance recipes: the table's micro-batch (1 where it gives none), Megatron's
         # distributed optimizer (ZeRO-1), sequence parallelism with tensor parallelism, whose
         # collectives userbuffers overlap with the GEMMs on H100 (the recipes' MegatronCommOverlapCallback
         # with the tp_overlap_configs/userbuffers.py presets), Transformer Engine FP8 with cuDNN fused
-        # attention
-        t, p, v = int(layout["TP"]), int(layout["PP"]), int(layout.get("VP", 1))
-        d = n // (t * p)
+        # attention, which with "CPn" runs as Transformer Engine's P2P ring
+        t, p, v, cp = int(layout["TP"]), int(layout["PP"]), int(layout.get("VP", 1)), int(layout.get("CP", 1))
+        d = n // (t * p * cp)
         mbs = case.micro_batch_size or 1
         micro = case.global_batch_size // (d * mbs)
         multiple = MEGATRON_VOCAB_DIVISOR * t
@@ -200,6 +204,7 @@ def _training_workload(case):
                  f"precision={case.precision}",
                  "activation_checkpointing=none", "config.attention_kernel=fused_async",
                  f"parallelism.tensor={t}", f"parallelism.pipeline={p}", f"parallelism.data={d}",
+                 f"parallelism.context={cp}",
                  "parallelism.zero_stage=1", f"parallelism.sequence_parallel={str(t > 1).lower()}",
                  f"parallelism.tp_comm_overlap={str(t > 1).lower()}"]
         items += _micro_batch_items(p, v, micro)

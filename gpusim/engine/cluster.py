@@ -100,6 +100,9 @@ class ChunkModel:
     param_bytes: float = 0.0
     send_bytes: float = 0.0
     """Activation bytes sent to the next pipeline stage per micro-batch (and gradients back)."""
+    context_wait_forward_s: float = 0.0
+    """Time the forward waits on the context-parallel ring beyond the attention it overlaps."""
+    context_wait_backward_s: float = 0.0
 
 
 @dataclass
@@ -338,6 +341,13 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 t1 = env.now
                 yield from flow(comm, s, label="tensor/expert parallel")
                 stats[s]["comm"] += env.now - t1
+            ring_wait = ch.context_wait_forward_s if kind == "F" else ch.context_wait_backward_s
+            if ring_wait > 0:
+                t1 = env.now
+                yield env.timeout(ring_wait)
+                stats[s]["comm"] += ring_wait
+                if record_spans:
+                    spans.append(Span(f"stage {s} context ring", "ring attention (exposed)", t1, env.now))
             if record_spans:
                 spans.append(Span(f"stage {s} compute", f"{kind}{i}" + (f".{c}" if v > 1 else ""), start, env.now,
                                   (("microbatch", i), ("chunk", c))))
@@ -454,12 +464,12 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
 
     spec = workload.spec
     par = spec.parallelism
-    t, p, d = par.tensor, par.pipeline, par.data
-    n_gpus = t * p * d
+    t, p, d, cp = par.tensor, par.pipeline, par.data, par.context
+    n_gpus = par.num_gpus
     warnings = list(notes)
     if n_gpus > hardware.num_gpus:
-        raise _error(workload, "parallelism", f"the layout needs {n_gpus} GPUs (data {d} x tensor {t} x pipeline "
-                     f"{p}); {hardware.name} has {hardware.num_gpus} (set num_nodes)")
+        raise _error(workload, "parallelism", f"the layout needs {n_gpus} GPUs (data {d} x context {cp} x tensor {t}"
+                     f" x pipeline {p}); {hardware.name} has {hardware.num_gpus} (set num_nodes)")
     if n_gpus < hardware.num_gpus:
         warnings.append(f"the layout uses {n_gpus} of the {hardware.num_gpus} GPUs of {hardware.name}")
     fabric = fabric_of(hardware, launch_mode)
@@ -514,8 +524,9 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
     # ---- training: time one block, the embedding and the head on a representative GPU -----------------
     e = par.expert
     if lm:
-        tokens = spec.batch_size * r.seq_len
-        layers = T.build_layers(rt, pol, batch=spec.batch_size, seq_q=r.seq_len, seq_kv=r.seq_len, training=True)
+        seq = r.seq_len // cp  # this GPU's share of each sequence
+        tokens = spec.batch_size * seq
+        layers = T.build_layers(rt, pol, batch=spec.batch_size, seq_q=seq, seq_kv=seq, training=True, context=cp)
         if e > 1:
             layers = tuple(_expert_shard(layer, e, Matmul) for layer in layers)
         units = {"embedding": layers[0], "block": layers[1], "head": layers[-1]}
@@ -530,6 +541,19 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             if key == "block":
                 kernels = res.kernels
         h = r.hidden_size
+        ring_wait_f = ring_wait_b = 0.0
+        if cp > 1:
+            # keys and values of this GPU's share, passed to the next GPU of the context ring (members
+            # ``t`` ranks apart) while the attention step on the previous share runs; the backward
+            # passes keys, values and their gradients
+            kv_bytes = 2.0 * spec.batch_size * seq * rt.num_kv_heads * r.head_dim * act_bytes
+            in_node = _group_per_node(gpn, t, cp) >= cp
+            hop = lambda nbytes: plan_collective("send_recv", nbytes, 2, fabric,  # noqa: E731
+                                                 gpus_per_node=2 if in_node else 1).time_s
+            ring_wait_f = _ring_wait_s(kernels, "forward", hop(kv_bytes))
+            ring_wait_b = _ring_wait_s(kernels, "backward", hop(2 * kv_bytes))
+            if spec.activation_checkpointing != "none":
+                ring_wait_b += _ring_wait_s(kernels, "recompute", hop(kv_bytes))
         moe = r.num_experts > 1
         tp_ar = tokens * h * act_bytes
 
@@ -569,9 +593,11 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                         (lcf if key == "embedding" else lcb).extend(tp_plans(1))
                 chunks.append(ChunkModel(fw, bw, per_chunk + (vs == 0) + (vs == P - 1), lcf, lcb,
                                          grad_bytes=params * grad_b, param_bytes=params * weight_b,
-                                         send_bytes=tp_ar / (t if par.sequence_parallel else 1)))
+                                         send_bytes=tp_ar / (t if par.sequence_parallel else 1),
+                                         context_wait_forward_s=ring_wait_f * per_chunk,
+                                         context_wait_backward_s=ring_wait_b * per_chunk))
             if par.zero_stage >= 1:
-                opt /= d
+                opt /= d * cp
             stages.append(StageModel(chunks, opt))
     else:
         phases, res = _phase_times(hardware, list(workload.graph.nodes), workload.name, spec, launch_mode)
@@ -584,19 +610,35 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                                          layers_with_params, grad_bytes=params * grad_b,
                                          param_bytes=params * weight_b)], opt)]
         m = 1
-    pp_stride = t * d
+    pp_stride = t * cp * d  # Megatron's rank order: tensor fastest, then context, data, pipeline
     lp = LayoutPlan(
         schedule=par.schedule if p > 1 else "1f1b", num_stages=p, num_microbatches=m, num_chunks=v if lm else 1,
         zero_stage=par.zero_stage, overlap=par.overlap_communication, tp_overlap=par.tp_comm_overlap,
         bucket_bytes=par.bucket_bytes,
-        dp_plan=(lambda coll, nbytes: group_plan(coll, nbytes, d, t)) if d > 1 else None,
+        # the gradient reduction and ZeRO sharding span every GPU holding the same weights
+        dp_plan=(lambda coll, nbytes: group_plan(coll, nbytes, d * cp, t)) if d * cp > 1 else None,
         p2p_plan=(lambda nbytes: plan_collective("send_recv", nbytes, 2, fabric,
                                                  gpus_per_node=1 if pp_stride >= gpn else 2)) if p > 1 else None,
     )
-    if lm and par.zero_stage == 3 and d == 1:
+    if lm and par.zero_stage == 3 and d * cp == 1:
         warnings.append("zero_stage 3 with data 1 shards nothing")
     stats = run_step(fabric, stages, lp, record_spans=record_spans)
     return _training_result(hardware, workload, stats, n_gpus, m, kernels, warnings, fabric, launch_mode)
+
+
+def _ring_wait_s(kernels, phase: str, hop_s: float) -> float:
+    """Seconds per layer that ``phase``'s context-parallel ring transfers outlast the attention steps
+    they overlap: the transfer of the share step k needs runs during step k - 1 (double buffering, as
+    Transformer Engine's P2P ring does), so each of the context - 1 hops costs max(0, hop - step).
+    ``kernels``: the block's kernel records (attention steps named ``attention``, ``attention_ring1``...)."""
+    steps: dict[int, float] = {}
+    for k in kernels:
+        op_name = k.node.split(".")[1]
+        if k.phase == phase and k.op == "attention" and op_name.startswith("attention"):
+            index = 0 if op_name == "attention" else int(op_name.removeprefix("attention_ring"))
+            steps[index] = steps.get(index, 0.0) + k.time_s + k.launch_gap_s
+    overlapped = [steps[i] for i in sorted(steps)][:-1]
+    return sum(max(0.0, hop_s - a) for a in overlapped)
 
 
 def _expert_shard(layer, e: int, Matmul):

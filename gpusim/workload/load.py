@@ -258,6 +258,20 @@ def _check_parallelism(spec: ModelWorkloadSpec, r: T.Resolved | None, num_layers
         raise ModelError("parallelism.tensor", f"num_heads {r.num_heads} is not divisible by tensor {par.tensor}")
     if par.pipeline > num_layers:
         raise ModelError("parallelism.pipeline", f"pipeline {par.pipeline} is larger than the {num_layers} layers")
+    c = par.context
+    if c > 1:
+        if r is None:
+            raise ModelError("parallelism.context", "context parallelism splits a transformer's sequence; "
+                             f"{spec.model} has none")
+        if spec.mode != "train":
+            raise ModelError("parallelism.context", "context parallelism is modelled for training only")
+        chunks = 2 * c if r.causal else c
+        if r.seq_len % chunks:
+            raise ModelError("parallelism.context", f"seq_len {r.seq_len} is not divisible into {chunks} chunks "
+                             f"(context {c}{' x 2, for causal load balancing' if r.causal else ''})")
+        if spec.fusion in ("none", "megatron") or r.attention_kernel == "unfused":
+            raise ModelError("parallelism.context", "ring attention needs a fused attention kernel; fusion "
+                             f"{spec.fusion!r} with attention_kernel {r.attention_kernel!r} runs it unfused")
 
 
 def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
@@ -336,10 +350,10 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
         weights, grads, optim = model_states(
             num_parameters, training=True, weight_bytes=dtype_bytes(p.weight_dtype),
             grad_bytes=dtype_bytes(p.grad_dtype), optimizer_state_bytes=state, tensor=par.tensor,
-            pipeline=par.pipeline, data=par.data, zero_stage=par.zero_stage)
+            pipeline=par.pipeline, data=par.data * par.context, zero_stage=par.zero_stage)
         activations = training_activation_bytes(layers, fusion=spec.fusion, checkpointing=spec.activation_checkpointing)
         in_flight = min(par.pipeline, ga)
-        activations = activations / par.tensor * in_flight / par.pipeline
+        activations = activations / (par.tensor * par.context) * in_flight / par.pipeline
     else:
         weights, grads, optim = model_states(num_parameters, training=False,
                                              weight_bytes=dtype_bytes(p.inference_weight_dtype),

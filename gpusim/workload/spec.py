@@ -322,6 +322,14 @@ class ParallelismSpec(Spec):
     sequence_parallel: bool = False
     """Megatron sequence parallelism: tensor-parallel all-reduces become reduce-scatter + all-gather and
     norms/dropouts run on 1/tensor of the tokens."""
+    context: count(le=10**5) = 1
+    """Context parallelism (Megatron-LM ``--context-parallel-size``, Transformer Engine's ring attention,
+    ``cp_comm_type: p2p``): each sequence is split over this many GPUs, every layer runs on 1/context
+    of its tokens, and attention passes keys and values around the ring (keys, values and their
+    gradients in the backward), overlapped with the attention kernels. Causal models split the
+    sequence into 2 x context chunks, each GPU taking one from each end, so every GPU does the same
+    attention work. Training with fused attention only. The gradient reduction (and ZeRO sharding)
+    spans data x context GPUs."""
     expert: count(le=10**5) = 1
     """Expert parallelism for mixture-of-experts models: experts split over this many data-parallel GPUs."""
     overlap_communication: bool = True
@@ -349,6 +357,9 @@ class ParallelismSpec(Spec):
         if self.tp_comm_overlap and self.expert > 1:
             raise field_error("tp_comm_overlap", "overlapping tensor-parallel collectives is modelled for dense "
                               "layers only, not with expert parallelism (its all-to-alls)")
+        if self.context > 1 and self.expert > 1:
+            raise field_error("context", "context parallelism is modelled for dense layers only, not with expert "
+                              "parallelism")
         if self.data % self.expert:
             raise field_error("expert", f"expert {self.expert} does not divide data {self.data} (experts are "
                               "spread over data-parallel GPUs)")
@@ -356,7 +367,7 @@ class ParallelismSpec(Spec):
 
     @property
     def num_gpus(self) -> int:
-        return self.data * self.tensor * self.pipeline
+        return self.data * self.context * self.tensor * self.pipeline
 
 
 MODEL_NAMES = ("gpt", "bert", "llama", "moe", "resnet", "mlp", "cnn")

@@ -14,7 +14,7 @@ Mixtral (Jiang et al. 2024: 8 experts, top-2).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Optional
 
 from pydantic import model_validator
@@ -191,11 +191,13 @@ class _Ops:
 
 
 def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv: int, training: bool,
-              kv_append: bool, kv_cache_dtype: str | None = None, reads_kv_cache: bool = False) -> tuple[FwdOp, ...]:
+              kv_append: bool, kv_cache_dtype: str | None = None, reads_kv_cache: bool = False,
+              context: int = 1) -> tuple[FwdOp, ...]:
     """The forward ops of one transformer block for ``batch`` sequences of ``seq_q`` new tokens
     attending to ``seq_kv`` keys. New keys and values are appended to the KV cache in
     ``kv_cache_dtype`` (default: the activations'); a decode step (``reads_kv_cache``) reads them
-    from it, a prompt from the projection it just ran."""
+    from it, a prompt from the projection it just ran. ``context`` > 1: this GPU's ``seq_q`` tokens
+    are one share of a sequence split over ``context`` GPUs (:func:`ring_attention_steps`)."""
     kv_dtype = kv_cache_dtype or p.activation_dtype
     h, H, KV, hd = r.hidden_size, r.num_heads, r.num_kv_heads, r.head_dim
     T = batch * seq_q
@@ -215,6 +217,11 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
                     score_bias=r.position_embedding == "alibi")
     o.add("attention", att, recompute_group="core_attention", kept_bytes=attention_kept_bytes(att),
           attention_dropout=r.dropout > 0)
+    for k, step in enumerate(ring_attention_steps(att, context)[1:], start=1):
+        # the other GPUs' keys and values, received around the ring: nothing of them is saved (the
+        # backward receives them again)
+        o.add(f"attention_ring{k}", step, recompute_group="core_attention", saved_bytes=0.0,
+              attention_dropout=r.dropout > 0)
     o.linear("proj", h, H * hd, bias=r.bias)
     o.dropout("proj_dropout", T * h)
     o.ew("residual1", "add", T * h)
@@ -244,6 +251,22 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
     if r.norm_position == "post":
         o.norm("norm2")
     return tuple(o.ops)
+
+
+def ring_attention_steps(att: Attention, context: int) -> tuple[Attention, ...]:
+    """The attention kernels one GPU runs when a sequence is split over ``context`` GPUs and keys and
+    values travel around the ring (Transformer Engine's ``AttnFuncWithCPAndKVP2P``; Liu et al. 2023,
+    "Ring Attention", arXiv 2310.01889): ``att`` is this GPU's queries against its own keys, then one
+    step per other GPU's share. A causal model's sequence is cut into 2 x ``context`` chunks and each
+    GPU holds chunk i and chunk 2 x context - 1 - i, so each later step is half of this GPU's queries
+    against all of an earlier share's keys or all queries against half of a later one's: a full
+    (unmasked) block of seq x seq/2, and every GPU does 1/context of the causal work. Without a mask
+    every step is a full seq x seq block."""
+    if context <= 1:
+        return (att,)
+    kv = att.seq_len_kv // 2 if att.causal else att.seq_len_kv
+    step = replace(att, seq_len_kv=kv, causal=False)
+    return (att,) + (step,) * (context - 1)
 
 
 def embedding_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, training: bool,
@@ -302,13 +325,14 @@ def head_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, trainin
 
 def build_layers(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv: int, training: bool,
                  logits_tokens: int | None = None, kv_append: bool = False, host_input: bool = True,
-                 prefix: str = "", kv_cache_dtype: str | None = None, reads_kv_cache: bool = False
-                 ) -> tuple[Layer, ...]:
-    """Embedding, ``num_layers`` identical blocks (one shared op tuple) and the head."""
+                 prefix: str = "", kv_cache_dtype: str | None = None, reads_kv_cache: bool = False,
+                 context: int = 1) -> tuple[Layer, ...]:
+    """Embedding, ``num_layers`` identical blocks (one shared op tuple) and the head (``context``: see
+    :func:`block_ops`)."""
     act_bytes = dtype_bytes(p.activation_dtype)
     T = batch * seq_q
     block = block_ops(r, p, batch=batch, seq_q=seq_q, seq_kv=seq_kv, training=training, kv_append=kv_append,
-                      kv_cache_dtype=kv_cache_dtype, reads_kv_cache=reads_kv_cache)
+                      kv_cache_dtype=kv_cache_dtype, reads_kv_cache=reads_kv_cache, context=context)
     layers = [Layer(f"{prefix}embedding", None, embedding_ops(r, p, batch=batch, seq_q=seq_q, training=training,
                                                                host_input=host_input), T * INDEX_BYTES)]
     layer_input = T * r.hidden_size * act_bytes

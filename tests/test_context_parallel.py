@@ -1,0 +1,100 @@
+"""Context parallelism: ring attention's split of the work, its exposed transfers, and the layout."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from gpusim.config import load_hardware
+from gpusim.engine.cluster import ChunkModel, LayoutPlan, StageModel, _ring_wait_s, run_step, simulate_system
+from gpusim.errors import ConfigError
+from gpusim.workload import load_workload
+from gpusim.workload.models.transformer import ring_attention_steps
+from gpusim.workload.ops import Attention
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("context", [2, 4, 8])
+def test_every_gpu_of_the_ring_does_one_share_of_the_attention(context, causal):
+    # causal: the local block has L(L+1)/2 visible pairs and each of the c - 1 others L x L/2, so a
+    # GPU sees (c L^2 + L) / 2 = (s L + L) / 2 pairs, 1/c of the s(s+1)/2 of the whole sequence
+    s = 4096
+    full = Attention(batch=2, heads=8, seq_len_q=s, seq_len_kv=s, head_dim=128, causal=causal)
+    local = Attention(batch=2, heads=8, seq_len_q=s // context, seq_len_kv=s // context, head_dim=128, causal=causal)
+    for variant in ("forward", "backward"):
+        steps = ring_attention_steps(local.__class__(**{**local.__dict__, "variant": variant}), context)
+        whole = full.__class__(**{**full.__dict__, "variant": variant})
+        assert len(steps) == context
+        assert context * sum(a.executed_flop() for a in steps) == pytest.approx(whole.executed_flop(), rel=1e-12)
+    assert all(not a.causal for a in steps[1:])
+
+
+def _records(phase, times):
+    names = ["attention"] + [f"attention_ring{k}" for k in range(1, len(times))]
+    return [SimpleNamespace(node=f"layer0.{n}" + (".grad" if phase == "backward" else ""), phase=phase,
+                            op="attention", time_s=t, launch_gap_s=0.0) for n, t in zip(names, times)]
+
+
+def test_each_hop_waits_only_for_what_the_step_beside_it_does_not_hide():
+    # hops overlap steps 0 .. c-2: max(0, 5 - 2) + max(0, 5 - 7) + max(0, 5 - 4); the last step has no hop
+    records = _records("forward", [2.0, 7.0, 4.0, 1.0]) + _records("backward", [9.0, 9.0, 9.0, 9.0])
+    assert _ring_wait_s(records, "forward", 5.0) == pytest.approx(4.0)
+    assert _ring_wait_s(records, "backward", 5.0) == 0.0
+    assert _ring_wait_s(records, "recompute", 5.0) == 0.0
+
+
+def test_the_rings_wait_is_exposed_communication():
+    stages = [StageModel([ChunkModel(1.0, 2.0, 1, context_wait_forward_s=0.3, context_wait_backward_s=0.5)])]
+    stats = run_step(None, stages, LayoutPlan("1f1b", 1, 2, 1))
+    assert stats.step_s == pytest.approx(2 * (1.0 + 0.3 + 2.0 + 0.5))
+    assert stats.exposed_comm_s == pytest.approx(2 * 0.8)
+    assert stats.compute_s == pytest.approx(6.0)
+
+
+def _llama(items):
+    return load_workload("llama2_7b_train", ["config.num_layers=4", "config.seq_len=4096", "batch_size=1",
+                                             "activation_checkpointing=none"] + items)
+
+
+def test_context_parallelism_splits_the_sequence_and_shards_over_data_and_context():
+    hw = load_hardware("dgx_h100")
+    one = _llama(["parallelism.data=4", "parallelism.zero_stage=1"])
+    two = _llama(["parallelism.data=4", "parallelism.context=2", "parallelism.zero_stage=1"])
+    assert two.parallelism.num_gpus == 8
+    assert two.memory.activations_bytes == pytest.approx(one.memory.activations_bytes / 2)
+    assert two.memory.optimizer_bytes == pytest.approx(one.memory.optimizer_bytes / 2)
+    assert two.memory.weights_bytes == one.memory.weights_bytes
+    r1, r2 = simulate_system(hw, one), simulate_system(hw, two)
+    assert r2.num_gpus == 8
+    # the same sequences on twice the GPUs: faster per step, never more than twice (each GPU still
+    # runs every GEMM on half the tokens, and the ring's steps are smaller kernels)
+    assert r1.step_time_s / 2 <= r2.step_time_s < r1.step_time_s
+    assert r2.tokens_per_s == pytest.approx(r1.tokens_per_s * r1.step_time_s / r2.step_time_s)
+    rings = [k for k in r2.kernels if k.node.startswith("layer0.attention_ring") and k.phase == "forward"]
+    assert len(rings) == 1 and rings[0].flop > 0
+
+
+def test_the_gradient_reduction_spans_the_context_parallel_gpus():
+    hw = load_hardware("dgx_h100")
+    alone = simulate_system(hw, _llama(["parallelism.data=1"]))
+    ring = simulate_system(hw, _llama(["parallelism.data=1", "parallelism.context=2"]))
+    assert not alone.link_utilization
+    assert ring.link_utilization["stage0.nvlink_tx"] > 0
+
+
+@pytest.mark.parametrize("items,fragment", [
+    (["parallelism.context=2", "config.seq_len=4098"], "not divisible into 4 chunks"),
+    (["parallelism.context=2", "fusion=none"], "fused attention"),
+    (["parallelism.context=2", "parallelism.data=8"], "context 2"),
+])
+def test_impossible_context_layouts_are_one_line_errors(items, fragment):
+    hw = load_hardware("dgx_h100")
+    with pytest.raises(ConfigError) as info:
+        simulate_system(hw, _llama(items))
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_context_parallel_inference_and_experts_are_refused():
+    with pytest.raises(ConfigError, match="training only"):
+        load_workload("llama2_7b_inference", ["parallelism.context=2"])
+    with pytest.raises(ConfigError, match="expert"):
+        _llama(["parallelism.context=2", "parallelism.expert=2", "parallelism.data=2"])
