@@ -4,7 +4,10 @@ On DGX H100 nodes (8 GPUs on NVSwitch, 8x 400 Gb/s InfiniBand per node):
 1. weak data-parallel scaling of GPT-2 Large (fixed batch per GPU) from 1 to hundreds of GPUs, with and without
    overlapping the gradient all-reduce with the backward pass: throughput, scaling efficiency, exposed communication;
 2. GPT-3 175B, which does not fit one GPU: tensor parallel 8 inside a node x pipeline parallel across nodes, with the
-   pipeline bubble against micro-batches (1F1B: (p - 1) / (m + p - 1) of the step), then data parallel on top."""
+   pipeline bubble against micro-batches (1F1B: (p - 1) / (m + p - 1) of the step), then data parallel on top;
+3. a sequence too long for one GPU's memory (Llama-2 7B, 32k tokens): context parallelism (ring attention) splits
+   it over 2-8 GPUs of a node, and over 16 across two nodes, where each hop of keys and values crosses
+   InfiniBand and outlasts the attention step it should hide behind."""
 
 from __future__ import annotations
 
@@ -95,6 +98,21 @@ def main(quick: bool = False, out_dir: Path = Path("example-output")) -> dict:
         print(f"{r['num_gpus']:>6} GPUs (d={r['data']:>3}) step {r['step_time_s']:.3f} s, MFU {r['mfu_fraction']:.1%}, "
               f"efficiency {r['scaling_efficiency_fraction']:.1%}, exposed comm {r['exposed_communication_s'] * 1e3:.1f} ms")
 
+    # 3. a long sequence: context parallelism
+    seq = 32768
+    cp_rows = []
+    for cp in (1, 2, 4, 8, 16):
+        r = row(simulate(cp, "llama2_7b_train", [f"config.seq_len={seq}", "batch_size=1", f"parallelism.context={cp}",
+                                                 "parallelism.zero_stage=1", "activation_checkpointing=selective",
+                                                 "config.attention_kernel=fused_async"]))
+        r |= {"context": cp, "tokens_per_s_per_gpu": r["samples_per_s_per_gpu"] * seq}
+        cp_rows.append(r)
+    print(f"\nLlama-2 7B, one {seq:,}-token sequence per step (selective recomputation, ZeRO-1), context parallel c:")
+    for r in cp_rows:
+        print(f"{r['num_gpus']:>6} GPUs (c={r['context']:>2}) step {r['step_time_s']:.3f} s, "
+              f"{r['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, exposed comm {r['exposed_communication_s'] * 1e3:.1f} ms, "
+              f"fits {r['fits']}")
+
     _plot(out_dir / "c14_scaling.png", dp, pp_rows, g3_dp)
 
     big = dp["true"][-1]
@@ -103,6 +121,8 @@ def main(quick: bool = False, out_dir: Path = Path("example-output")) -> dict:
     best_bubble = min(pp_rows, key=lambda r: r["bubble_fraction"])
     g3_eff = g3_dp[-1]["scaling_efficiency_fraction"]
     near_linear = big["scaling_efficiency_fraction"] >= 0.9 and g3_eff >= 0.8
+    first_fit = next((r for r in cp_rows if r["fits"]), cp_rows[-1])
+    in_node, across = cp_rows[-2], cp_rows[-1]
     text = (f"data parallel GPT-2 Large keeps {big['scaling_efficiency_fraction']:.0%} per-GPU throughput at "
             f"{big['num_gpus']} GPUs with overlapped all-reduce ({big_off['scaling_efficiency_fraction']:.0%} without, "
             f"exposed comm {big_off['exposed_communication_s'] * 1e3:.2f} ms of {big_off['step_time_s'] * 1e3:.1f} ms); "
@@ -110,13 +130,17 @@ def main(quick: bool = False, out_dir: Path = Path("example-output")) -> dict:
             f"bubble {worst_bubble['bubble_fraction']:.0%} of the step at p={worst_bubble['pipeline']}, "
             f"m={worst_bubble['microbatches']}, {best_bubble['bubble_fraction']:.0%} at p={best_bubble['pipeline']}, "
             f"m={best_bubble['microbatches']}; "
-            f"adding DP to {g3_dp[-1]['num_gpus']} GPUs keeps {g3_eff:.0%}; NVLink {nvlink_per_direction / 1e9:.0f} GB/s "
+            f"adding DP to {g3_dp[-1]['num_gpus']} GPUs keeps {g3_eff:.0%}; a {seq:,}-token Llama-2 7B sequence "
+            f"first fits split over {first_fit['context']} GPUs (context parallel), keeps "
+            f"{in_node['tokens_per_s_per_gpu'] / cp_rows[0]['tokens_per_s_per_gpu']:.0%} of one GPU's tokens/s at "
+            f"c={in_node['context']} in a node but {across['tokens_per_s_per_gpu'] / cp_rows[0]['tokens_per_s_per_gpu']:.0%} "
+            f"at c={across['context']} across two; NVLink {nvlink_per_direction / 1e9:.0f} GB/s "
             f"per direction = {2 * nvlink_per_direction / 1e9:.0f} GB/s bidirectional")
     return {"nvlink_bytes_per_s_per_direction": nvlink_per_direction, "dp": dp, "pipeline": pp_rows, "gpt3_dp": g3_dp,
             "gpt3_fits_one_gpu": single.fits_in_memory, "gpt3_one_gpu_bytes": single.peak_memory_bytes,
             "dp_efficiency_largest": big["scaling_efficiency_fraction"],
             "dp_efficiency_largest_no_overlap": big_off["scaling_efficiency_fraction"],
-            "gpt3_dp_efficiency_largest": g3_eff,
+            "gpt3_dp_efficiency_largest": g3_eff, "context": cp_rows,
             "verdict": C.verdict("confirmed" if near_linear else "qualified", text)}
 
 

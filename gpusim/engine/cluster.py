@@ -100,6 +100,10 @@ class ChunkModel:
     param_bytes: float = 0.0
     send_bytes: float = 0.0
     """Activation bytes sent to the next pipeline stage per micro-batch (and gradients back)."""
+    context_ring_forward: CollectivePlan | None = None
+    """The context-parallel ring's traffic in the forward, run beside the compute: it shares the ports
+    with the other flows; what the compute waits for it is ``context_wait_forward_s``."""
+    context_ring_backward: CollectivePlan | None = None
     context_wait_forward_s: float = 0.0
     """Time the forward waits on the context-parallel ring beyond the attention it overlaps."""
     context_wait_backward_s: float = 0.0
@@ -287,6 +291,9 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 yield (bwd_arrived[(i, vs)] if vs < p * v - 1 else fwd_done[(i, vs)])
             stats[s]["bubble"] += env.now - t0
             start = env.now
+            ring = ch.context_ring_forward if kind == "F" else ch.context_ring_backward
+            if ring is not None:
+                env.process(flow(ring, s, label="context ring"))
             compute = ch.forward_s if kind == "F" else ch.backward_s
             comm = fw_comm[s][c] if kind == "F" else bw_comm[s][c]
             tp_overlapped = None
@@ -541,19 +548,24 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             if key == "block":
                 kernels = res.kernels
         h = r.hidden_size
-        ring_wait_f = ring_wait_b = 0.0
+        ring_wait_f = ring_wait_b = ring_bytes_f = ring_bytes_b = 0.0
         if cp > 1:
             # keys and values of this GPU's share, passed to the next GPU of the context ring (members
             # ``t`` ranks apart) while the attention step on the previous share runs; the backward
             # passes keys, values and their gradients
             kv_bytes = 2.0 * spec.batch_size * seq * rt.num_kv_heads * r.head_dim * act_bytes
             in_node = _group_per_node(gpn, t, cp) >= cp
-            hop = lambda nbytes: plan_collective("send_recv", nbytes, 2, fabric,  # noqa: E731
-                                                 gpus_per_node=2 if in_node else 1).time_s
-            ring_wait_f = _ring_wait_s(kernels, "forward", hop(kv_bytes))
-            ring_wait_b = _ring_wait_s(kernels, "backward", hop(2 * kv_bytes))
+
+            def hop(nbytes: float) -> CollectivePlan:
+                return plan_collective("send_recv", nbytes, 2, fabric, gpus_per_node=2 if in_node else 1)
+
+            ring_wait_f = _ring_wait_s(kernels, "forward", hop(kv_bytes).time_s)
+            ring_wait_b = _ring_wait_s(kernels, "backward", hop(2 * kv_bytes).time_s)
+            ring_bytes_f = (cp - 1) * kv_bytes
+            ring_bytes_b = 2 * ring_bytes_f
             if spec.activation_checkpointing != "none":
-                ring_wait_b += _ring_wait_s(kernels, "recompute", hop(kv_bytes))
+                ring_wait_b += _ring_wait_s(kernels, "recompute", hop(kv_bytes).time_s)
+                ring_bytes_b += ring_bytes_f
         moe = r.num_experts > 1
         tp_ar = tokens * h * act_bytes
 
@@ -594,6 +606,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 chunks.append(ChunkModel(fw, bw, per_chunk + (vs == 0) + (vs == P - 1), lcf, lcb,
                                          grad_bytes=params * grad_b, param_bytes=params * weight_b,
                                          send_bytes=tp_ar / (t if par.sequence_parallel else 1),
+                                         context_ring_forward=hop(ring_bytes_f * per_chunk) if cp > 1 else None,
+                                         context_ring_backward=hop(ring_bytes_b * per_chunk) if cp > 1 else None,
                                          context_wait_forward_s=ring_wait_f * per_chunk,
                                          context_wait_backward_s=ring_wait_b * per_chunk))
             if par.zero_stage >= 1:
