@@ -7,7 +7,8 @@ On DGX H100 nodes (8 GPUs on NVSwitch, 8x 400 Gb/s InfiniBand per node):
    pipeline bubble against micro-batches (1F1B: (p - 1) / (m + p - 1) of the step), then data parallel on top;
 3. a sequence too long for one GPU's memory (Llama-2 7B, 32k tokens): context parallelism (ring attention) splits
    it over 2-8 GPUs of a node, and over 16 across two nodes, where each hop of keys and values crosses
-   InfiniBand and outlasts the attention step it should hide behind."""
+   InfiniBand and outlasts the attention step it should hide behind; Ulysses' all-to-alls (context_comm a2a),
+   which move 1/context of the activations, do better there."""
 
 from __future__ import annotations
 
@@ -101,15 +102,16 @@ def main(quick: bool = False, out_dir: Path = Path("example-output")) -> dict:
     # 3. a long sequence: context parallelism
     seq = 32768
     cp_rows = []
-    for cp in (1, 2, 4, 8, 16):
+    for cp, comm in ((1, "p2p"), (2, "p2p"), (4, "p2p"), (8, "p2p"), (16, "p2p"), (16, "a2a")):
         r = row(simulate(cp, "llama2_7b_train", [f"config.seq_len={seq}", "batch_size=1", f"parallelism.context={cp}",
-                                                 "parallelism.zero_stage=1", "activation_checkpointing=selective",
+                                                 f"parallelism.context_comm={comm}", "parallelism.zero_stage=1",
+                                                 "activation_checkpointing=selective",
                                                  "config.attention_kernel=fused_async"]))
-        r |= {"context": cp, "tokens_per_s_per_gpu": r["samples_per_s_per_gpu"] * seq}
+        r |= {"context": cp, "context_comm": comm, "tokens_per_s_per_gpu": r["samples_per_s_per_gpu"] * seq}
         cp_rows.append(r)
     print(f"\nLlama-2 7B, one {seq:,}-token sequence per step (selective recomputation, ZeRO-1), context parallel c:")
     for r in cp_rows:
-        print(f"{r['num_gpus']:>6} GPUs (c={r['context']:>2}) step {r['step_time_s']:.3f} s, "
+        print(f"{r['num_gpus']:>6} GPUs (c={r['context']:>2} {r['context_comm']}) step {r['step_time_s']:.3f} s, "
               f"{r['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, exposed comm {r['exposed_communication_s'] * 1e3:.1f} ms, "
               f"fits {r['fits']}")
 
@@ -122,7 +124,7 @@ def main(quick: bool = False, out_dir: Path = Path("example-output")) -> dict:
     g3_eff = g3_dp[-1]["scaling_efficiency_fraction"]
     near_linear = big["scaling_efficiency_fraction"] >= 0.9 and g3_eff >= 0.8
     first_fit = next((r for r in cp_rows if r["fits"]), cp_rows[-1])
-    in_node, across = cp_rows[-2], cp_rows[-1]
+    in_node, across, ulysses = cp_rows[-3], cp_rows[-2], cp_rows[-1]
     text = (f"data parallel GPT-2 Large keeps {big['scaling_efficiency_fraction']:.0%} per-GPU throughput at "
             f"{big['num_gpus']} GPUs with overlapped all-reduce ({big_off['scaling_efficiency_fraction']:.0%} without, "
             f"exposed comm {big_off['exposed_communication_s'] * 1e3:.2f} ms of {big_off['step_time_s'] * 1e3:.1f} ms); "
@@ -134,7 +136,8 @@ def main(quick: bool = False, out_dir: Path = Path("example-output")) -> dict:
             f"first fits split over {first_fit['context']} GPUs (context parallel), keeps "
             f"{in_node['tokens_per_s_per_gpu'] / cp_rows[0]['tokens_per_s_per_gpu']:.0%} of one GPU's tokens/s at "
             f"c={in_node['context']} in a node but {across['tokens_per_s_per_gpu'] / cp_rows[0]['tokens_per_s_per_gpu']:.0%} "
-            f"at c={across['context']} across two; NVLink {nvlink_per_direction / 1e9:.0f} GB/s "
+            f"at c={across['context']} across two nodes with the ring "
+            f"({ulysses['tokens_per_s_per_gpu'] / cp_rows[0]['tokens_per_s_per_gpu']:.0%} with Ulysses' all-to-alls); NVLink {nvlink_per_direction / 1e9:.0f} GB/s "
             f"per direction = {2 * nvlink_per_direction / 1e9:.0f} GB/s bidirectional")
     return {"nvlink_bytes_per_s_per_direction": nvlink_per_direction, "dp": dp, "pipeline": pp_rows, "gpt3_dp": g3_dp,
             "gpt3_fits_one_gpu": single.fits_in_memory, "gpt3_one_gpu_bytes": single.peak_memory_bytes,

@@ -111,8 +111,8 @@ def test_heldout_files_are_classified_by_their_header():
     assert kinds["llmfoundry_h100_sequence_sweep.csv"] == kinds["megatron_a100_narayanan2021.csv"] == "training"
     assert kinds["megatron_a100_korthikanti2022.csv"] == kinds["megatron_deepspeed_a100_mtnlg.csv"] == "training"
     assert kinds["neusight_memory_bound_sample.csv"] == kinds["xla_gemm_bf16_shapes.csv"] == "kernels"
-    assert kinds["nemo_2407_h100_fp8.csv"] == "training"
-    assert list(kinds.values()).count("training") == 5 and len(kinds) >= 10
+    assert kinds["nemo_2407_h100_fp8.csv"] == kinds["nemo_2409_dgxc_h100_llama31_8b.csv"] == "training"
+    assert list(kinds.values()).count("training") == 6 and len(kinds) >= 11
 
 
 def test_heldout_suite_scores_every_file_of_the_folder_as_on_its_own(tmp_path, monkeypatch):

@@ -98,3 +98,41 @@ def test_context_parallel_inference_and_experts_are_refused():
         load_workload("llama2_7b_inference", ["parallelism.context=2"])
     with pytest.raises(ConfigError, match="expert"):
         _llama(["parallelism.context=2", "parallelism.expert=2", "parallelism.data=2"])
+
+
+def test_ulysses_runs_one_attention_on_the_whole_sequence_for_a_share_of_the_heads():
+    from gpusim.workload.models import transformer as T
+    from gpusim.workload.precision import policy
+
+    wl = _llama(["parallelism.data=1"])
+    r = T.resolve("llama", wl.spec.config)
+    ops = {f.name: f.op for f in T.block_ops(r, policy("bf16"), batch=1, seq_q=1024, seq_kv=1024, training=True,
+                                             kv_append=False, context=4, context_comm="a2a")}
+    assert not any(name.startswith("attention_ring") for name in ops)
+    att = ops["attention"]
+    assert (att.heads, att.num_kv_heads, att.seq_len_q, att.seq_len_kv) == (r.num_heads // 4, r.num_kv_heads // 4,
+                                                                            4096, 4096)
+
+
+def test_ulysses_and_the_ring_trade_places_between_a_node_and_the_network():
+    # inside a node the ring's hops hide behind attention while Ulysses' all-to-alls block; across two
+    # nodes every ring hop crosses InfiniBand carrying a whole share's keys and values, where Ulysses
+    # moves 1/context of the activations
+    def run(cp, comm):
+        hw = load_hardware("dgx_h100", [("num_nodes", max(1, cp // 8))])
+        return simulate_system(hw, _llama(["config.seq_len=32768", "parallelism.zero_stage=1",
+                                           f"parallelism.context={cp}", f"parallelism.context_comm={comm}"]))
+    assert run(2, "p2p").time_breakdown_s["exposed_communication"] < run(2, "a2a").time_breakdown_s[
+        "exposed_communication"]
+    assert run(16, "a2a").step_time_s < run(16, "p2p").step_time_s
+
+
+@pytest.mark.parametrize("items,fragment", [
+    (["parallelism.tensor=8", "parallelism.context=8", "parallelism.context_comm=a2a"], "4 query"),
+    (["parallelism.tensor=2", "parallelism.context=2", "parallelism.context_comm=a2a",
+      "parallelism.tp_comm_overlap=true"], "Ulysses"),
+])
+def test_impossible_ulysses_layouts_are_one_line_errors(items, fragment):
+    with pytest.raises(ConfigError) as info:
+        _llama(items)
+    assert fragment in str(info.value) and "\n" not in str(info.value)

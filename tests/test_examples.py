@@ -165,12 +165,14 @@ def test_c14_scaling(tmp_path):
     assert by[(4, 4)] > by[(4, 64)] and by[(2, 4)] < by[(4, 4)]  # bubble ~ (p - 1) / (m + p - 1)
     assert by[(4, 4)] == pytest.approx(3 / 7, abs=0.05)
     assert out["gpt3_dp_efficiency_largest"] > 0.8
-    cp = {r["context"]: r for r in out["context"]}
+    cp = {r["context"]: r for r in out["context"] if r["context_comm"] == "p2p"}
+    ulysses = next(r for r in out["context"] if r["context_comm"] == "a2a")
     assert not cp[1]["fits"] and cp[8]["fits"]
     assert cp[1]["step_time_s"] / 8 <= cp[8]["step_time_s"] < cp[1]["step_time_s"]
     # the ring's hops leave the node at 16: slower per GPU than 8 inside it, the difference exposed
     assert cp[16]["tokens_per_s_per_gpu"] < cp[8]["tokens_per_s_per_gpu"]
     assert cp[16]["exposed_communication_s"] > 10 * cp[8]["exposed_communication_s"]
+    assert ulysses["num_gpus"] == 16 and ulysses["tokens_per_s_per_gpu"] > cp[16]["tokens_per_s_per_gpu"]
     assert out["verdict"].startswith("confirmed")
 
 

@@ -533,7 +533,9 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
     if lm:
         seq = r.seq_len // cp  # this GPU's share of each sequence
         tokens = spec.batch_size * seq
-        layers = T.build_layers(rt, pol, batch=spec.batch_size, seq_q=seq, seq_kv=seq, training=True, context=cp)
+        ulysses = cp > 1 and par.context_comm == "a2a"
+        layers = T.build_layers(rt, pol, batch=spec.batch_size, seq_q=seq, seq_kv=seq, training=True, context=cp,
+                                context_comm=par.context_comm)
         if e > 1:
             layers = tuple(_expert_shard(layer, e, Matmul) for layer in layers)
         units = {"embedding": layers[0], "block": layers[1], "head": layers[-1]}
@@ -549,7 +551,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 kernels = res.kernels
         h = r.hidden_size
         ring_wait_f = ring_wait_b = ring_bytes_f = ring_bytes_b = 0.0
-        if cp > 1:
+        if cp > 1 and not ulysses:
             # keys and values of this GPU's share, passed to the next GPU of the context ring (members
             # ``t`` ranks apart) while the attention step on the previous share runs; the backward
             # passes keys, values and their gradients
@@ -576,6 +578,15 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 return [group_plan("reduce_scatter", tp_ar, t, 1), group_plan("all_gather", tp_ar, t, 1)] * count
             return [group_plan("all_reduce", tp_ar, t, 1)] * count
 
+        def cp_plans(count: int) -> list[CollectivePlan]:
+            """Ulysses' all-to-alls over the context group: queries, keys and values in, the output out
+            (their gradients the other way in the backward)."""
+            if not ulysses or count == 0:
+                return []
+            head_bytes = tokens * r.head_dim * act_bytes
+            return [group_plan("all_to_all", head_bytes * (rt.num_heads + 2 * rt.num_kv_heads), cp, t),
+                    group_plan("all_to_all", head_bytes * rt.num_heads, cp, t)] * count
+
         def ep_plans(count: int) -> list[CollectivePlan]:
             if not moe or e <= 1:
                 return []
@@ -594,8 +605,9 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 bw = (unit_times["block"].get("backward", 0.0) + unit_times["block"].get("recompute", 0.0)) * per_chunk
                 params = unit_params["block"] * per_chunk
                 opt += unit_times["block"].get("optimizer", 0.0) * per_chunk
-                lcf = tp_plans(2 * per_chunk) + ep_plans(2 * per_chunk)
-                lcb = tp_plans((2 + recompute_ar) * per_chunk) + ep_plans(2 * per_chunk)
+                lcf = tp_plans(2 * per_chunk) + ep_plans(2 * per_chunk) + cp_plans(per_chunk)
+                lcb = (tp_plans((2 + recompute_ar) * per_chunk) + ep_plans(2 * per_chunk)
+                       + cp_plans((2 if spec.activation_checkpointing != "none" else 1) * per_chunk))
                 for key, present in (("embedding", vs == 0), ("head", vs == P - 1)):
                     if present:
                         fw += unit_times[key].get("forward", 0.0)
@@ -606,8 +618,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 chunks.append(ChunkModel(fw, bw, per_chunk + (vs == 0) + (vs == P - 1), lcf, lcb,
                                          grad_bytes=params * grad_b, param_bytes=params * weight_b,
                                          send_bytes=tp_ar / (t if par.sequence_parallel else 1),
-                                         context_ring_forward=hop(ring_bytes_f * per_chunk) if cp > 1 else None,
-                                         context_ring_backward=hop(ring_bytes_b * per_chunk) if cp > 1 else None,
+                                         context_ring_forward=hop(ring_bytes_f * per_chunk) if ring_bytes_f else None,
+                                         context_ring_backward=hop(ring_bytes_b * per_chunk) if ring_bytes_b else None,
                                          context_wait_forward_s=ring_wait_f * per_chunk,
                                          context_wait_backward_s=ring_wait_b * per_chunk))
             if par.zero_stage >= 1:

@@ -192,12 +192,14 @@ class _Ops:
 
 def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv: int, training: bool,
               kv_append: bool, kv_cache_dtype: str | None = None, reads_kv_cache: bool = False,
-              context: int = 1) -> tuple[FwdOp, ...]:
+              context: int = 1, context_comm: str = "p2p") -> tuple[FwdOp, ...]:
     """The forward ops of one transformer block for ``batch`` sequences of ``seq_q`` new tokens
     attending to ``seq_kv`` keys. New keys and values are appended to the KV cache in
     ``kv_cache_dtype`` (default: the activations'); a decode step (``reads_kv_cache``) reads them
     from it, a prompt from the projection it just ran. ``context`` > 1: this GPU's ``seq_q`` tokens
-    are one share of a sequence split over ``context`` GPUs (:func:`ring_attention_steps`)."""
+    are one share of a sequence split over ``context`` GPUs: attention runs as the ring's steps
+    (``context_comm`` p2p, :func:`ring_attention_steps`) or, after an all-to-all (a2a), on the whole
+    sequence for 1/context of the heads."""
     kv_dtype = kv_cache_dtype or p.activation_dtype
     h, H, KV, hd = r.hidden_size, r.num_heads, r.num_kv_heads, r.head_dim
     T = batch * seq_q
@@ -215,9 +217,13 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
     att = Attention(batch=batch, heads=H, kv_heads=KV, seq_len_q=seq_q, seq_len_kv=seq_kv, head_dim=hd,
                     causal=r.causal, dtype=p.attention_dtype, kernel=r.attention_kernel, kv_dtype=cached,
                     score_bias=r.position_embedding == "alibi")
+    ulysses = context > 1 and context_comm == "a2a"
+    if ulysses:
+        att = replace(att, heads=H // context, kv_heads=KV // context, seq_len_q=seq_q * context,
+                      seq_len_kv=seq_kv * context)
     o.add("attention", att, recompute_group="core_attention", kept_bytes=attention_kept_bytes(att),
           attention_dropout=r.dropout > 0)
-    for k, step in enumerate(ring_attention_steps(att, context)[1:], start=1):
+    for k, step in enumerate(ring_attention_steps(att, 1 if ulysses else context)[1:], start=1):
         # the other GPUs' keys and values, received around the ring: nothing of them is saved (the
         # backward receives them again)
         o.add(f"attention_ring{k}", step, recompute_group="core_attention", saved_bytes=0.0,
@@ -326,13 +332,14 @@ def head_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, trainin
 def build_layers(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv: int, training: bool,
                  logits_tokens: int | None = None, kv_append: bool = False, host_input: bool = True,
                  prefix: str = "", kv_cache_dtype: str | None = None, reads_kv_cache: bool = False,
-                 context: int = 1) -> tuple[Layer, ...]:
+                 context: int = 1, context_comm: str = "p2p") -> tuple[Layer, ...]:
     """Embedding, ``num_layers`` identical blocks (one shared op tuple) and the head (``context``: see
     :func:`block_ops`)."""
     act_bytes = dtype_bytes(p.activation_dtype)
     T = batch * seq_q
     block = block_ops(r, p, batch=batch, seq_q=seq_q, seq_kv=seq_kv, training=training, kv_append=kv_append,
-                      kv_cache_dtype=kv_cache_dtype, reads_kv_cache=reads_kv_cache, context=context)
+                      kv_cache_dtype=kv_cache_dtype, reads_kv_cache=reads_kv_cache, context=context,
+                      context_comm=context_comm)
     layers = [Layer(f"{prefix}embedding", None, embedding_ops(r, p, batch=batch, seq_q=seq_q, training=training,
                                                                host_input=host_input), T * INDEX_BYTES)]
     layer_input = T * r.hidden_size * act_bytes
