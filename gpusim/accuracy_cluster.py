@@ -29,7 +29,7 @@ MPT_CONFIGS = {  # mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml 
     "mpt_30b": (7168, 48, 64), "mpt_70b": (8192, 80, 64),
 }
 MPT_VOCAB = 50368
-NEMO_MODELS = {  # model -> (a built-in workload of the family, its tokenizer's vocabulary, NeMo's config)
+LLAMA_GPT_MODELS = {  # model -> (a built-in workload of the family, its tokenizer's vocabulary, its config)
     "llama2_7b": ("llama2_7b_train", 32000, ()), "gpt3_175b": ("gpt3_175b_train", 50257, ()),
     "gpt3_5b": ("gpt3_175b_train", 50257, ("num_layers=24", "hidden_size=4096", "num_heads=32")),
     "gpt3_20b": ("gpt3_175b_train", 50257, ("num_layers=44", "hidden_size=6144", "num_heads=48")),
@@ -185,7 +185,19 @@ def _training_workload(case):
                  f"parallelism.sequence_parallel={str('SP' in par.split()).lower()}"]
         items += _micro_batch_items(p, v, m)
         return "dgx_a100", [("num_nodes", max(1, n // 8))], "gpt2_large_train", items
-    if case.case_id.startswith("nemo_") and case.model in NEMO_MODELS and n and case.global_batch_size \
+    if case.case_id.startswith("torchtitan_") and case.model in LLAMA_GPT_MODELS and par == "FSDP" and n \
+            and case.seq_len and case.micro_batch_size:
+        # torchtitan of 2024 in eager PyTorch: FSDP2 over every GPU, parameters gathered in BF16 and
+        # gradients reduced in FP32 (its mixed_precision_reduce default), no gradient accumulation,
+        # attention through PyTorch SDPA's FlashAttention-2 kernel and the rest of each block op by op
+        workload, vocab, config = LLAMA_GPT_MODELS[case.model]
+        items = [f"config.{c}" for c in config] + [
+                 f"config.seq_len={case.seq_len}", f"config.vocab_size={vocab}", f"batch_size={case.micro_batch_size}",
+                 "precision=bf16", f"activation_checkpointing={case.activation_checkpointing or 'none'}",
+                 "fusion=attention_only", "config.attention_kernel=fused", f"parallelism.data={n}",
+                 "parallelism.zero_stage=3", "parallelism.grad_reduce_dtype=fp32"]
+        return _system_of(case), [("num_nodes", max(1, n // 8))], workload, items
+    if case.case_id.startswith("nemo_") and case.model in LLAMA_GPT_MODELS and n and case.global_batch_size \
             and case.seq_len and "TP" in layout and "PP" in layout:
         # NeMo's performance recipes: the table's micro-batch (1 where it gives none), Megatron's
         # distributed optimizer (ZeRO-1), sequence parallelism with tensor parallelism, whose
@@ -197,7 +209,7 @@ def _training_workload(case):
         mbs = case.micro_batch_size or 1
         micro = case.global_batch_size // (d * mbs)
         multiple = MEGATRON_VOCAB_DIVISOR * t
-        workload, vocab, config = NEMO_MODELS[case.model]
+        workload, vocab, config = LLAMA_GPT_MODELS[case.model]
         vocab = math.ceil(vocab / multiple) * multiple
         items = [f"config.{c}" for c in config] + [
                  f"config.seq_len={case.seq_len}", f"config.vocab_size={vocab}", f"batch_size={mbs}",
