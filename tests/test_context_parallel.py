@@ -1,5 +1,6 @@
 """Context parallelism: ring attention's split of the work, its exposed transfers, and the layout."""
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -8,24 +9,27 @@ from gpusim.config import load_hardware
 from gpusim.engine.cluster import ChunkModel, LayoutPlan, StageModel, _ring_wait_s, run_step, simulate_system
 from gpusim.errors import ConfigError
 from gpusim.workload import load_workload
-from gpusim.workload.models.transformer import ring_attention_steps
+from gpusim.workload.models.transformer import context_attention
 from gpusim.workload.ops import Attention
 
 
+@pytest.mark.parametrize("comm", ["p2p", "a2a", "all_gather"])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("context", [2, 4, 8])
-def test_every_gpu_of_the_ring_does_one_share_of_the_attention(context, causal):
-    # causal: the local block has L(L+1)/2 visible pairs and each of the c - 1 others L x L/2, so a
-    # GPU sees (c L^2 + L) / 2 = (s L + L) / 2 pairs, 1/c of the s(s+1)/2 of the whole sequence
+def test_every_gpu_of_the_group_does_one_share_of_the_attention(context, causal, comm):
+    # p2p, causal: the local block has L(L+1)/2 visible pairs and each of the c - 1 others L x L/2, so
+    # a GPU sees (c L^2 + L) / 2 = (s L + L) / 2 pairs, 1/c of the s(s+1)/2 of the whole sequence;
+    # all_gather, causal: chunk 0 against itself (L/2)(L/2 + 1)/2 pairs and the last chunk against the
+    # whole sequence L/2 x s - (L/2)(L/2 - 1)/2, the same (s + 1) L / 2; a2a: s x s for 1/c of the heads
     s = 4096
     full = Attention(batch=2, heads=8, seq_len_q=s, seq_len_kv=s, head_dim=128, causal=causal)
     local = Attention(batch=2, heads=8, seq_len_q=s // context, seq_len_kv=s // context, head_dim=128, causal=causal)
     for variant in ("forward", "backward"):
-        steps = ring_attention_steps(local.__class__(**{**local.__dict__, "variant": variant}), context)
-        whole = full.__class__(**{**full.__dict__, "variant": variant})
-        assert len(steps) == context
-        assert context * sum(a.executed_flop() for a in steps) == pytest.approx(whole.executed_flop(), rel=1e-12)
-    assert all(not a.causal for a in steps[1:])
+        ops = [op for _, op in context_attention(replace(local, variant=variant), context, comm)]
+        whole = replace(full, variant=variant)
+        assert context * sum(a.executed_flop() for a in ops) == pytest.approx(whole.executed_flop(), rel=1e-12)
+    if comm == "p2p":
+        assert len(ops) == context and all(not a.causal for a in ops[1:])
 
 
 def _records(phase, times):
@@ -130,9 +134,20 @@ def test_ulysses_and_the_ring_trade_places_between_a_node_and_the_network():
 @pytest.mark.parametrize("items,fragment", [
     (["parallelism.tensor=8", "parallelism.context=8", "parallelism.context_comm=a2a"], "4 query"),
     (["parallelism.tensor=2", "parallelism.context=2", "parallelism.context_comm=a2a",
-      "parallelism.tp_comm_overlap=true"], "Ulysses"),
+      "parallelism.tp_comm_overlap=true"], "blocking collectives"),
 ])
 def test_impossible_ulysses_layouts_are_one_line_errors(items, fragment):
     with pytest.raises(ConfigError) as info:
         _llama(items)
     assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_gathering_keys_and_values_costs_blocking_collectives_the_ring_hides():
+    # inside a node the ring hides its hops behind attention; the all-gather (and, in the backward, the
+    # reduce-scatter of the key-value gradients) waits in full
+    hw = load_hardware("dgx_h100")
+    runs = {comm: simulate_system(hw, _llama(["config.seq_len=32768", "parallelism.zero_stage=1", "parallelism.context=4",
+                                              f"parallelism.context_comm={comm}"])) for comm in ("p2p", "all_gather")}
+    exposed = {c: r.time_breakdown_s["exposed_communication"] for c, r in runs.items()}
+    assert exposed["all_gather"] > exposed["p2p"]
+    assert runs["all_gather"].step_time_s > runs["p2p"].step_time_s

@@ -533,7 +533,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
     if lm:
         seq = r.seq_len // cp  # this GPU's share of each sequence
         tokens = spec.batch_size * seq
-        ulysses = cp > 1 and par.context_comm == "a2a"
+        comm = par.context_comm if cp > 1 else None
         layers = T.build_layers(rt, pol, batch=spec.batch_size, seq_q=seq, seq_kv=seq, training=True, context=cp,
                                 context_comm=par.context_comm)
         if e > 1:
@@ -551,11 +551,12 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 kernels = res.kernels
         h = r.hidden_size
         ring_wait_f = ring_wait_b = ring_bytes_f = ring_bytes_b = 0.0
-        if cp > 1 and not ulysses:
+        kv_bytes = 2.0 * spec.batch_size * seq * rt.num_kv_heads * r.head_dim * act_bytes  # this GPU's share
+        recomputes_attention = spec.activation_checkpointing != "none"
+        if comm == "p2p":
             # keys and values of this GPU's share, passed to the next GPU of the context ring (members
             # ``t`` ranks apart) while the attention step on the previous share runs; the backward
             # passes keys, values and their gradients
-            kv_bytes = 2.0 * spec.batch_size * seq * rt.num_kv_heads * r.head_dim * act_bytes
             in_node = _group_per_node(gpn, t, cp) >= cp
 
             def hop(nbytes: float) -> CollectivePlan:
@@ -565,7 +566,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             ring_wait_b = _ring_wait_s(kernels, "backward", hop(2 * kv_bytes).time_s)
             ring_bytes_f = (cp - 1) * kv_bytes
             ring_bytes_b = 2 * ring_bytes_f
-            if spec.activation_checkpointing != "none":
+            if recomputes_attention:
                 ring_wait_b += _ring_wait_s(kernels, "recompute", hop(kv_bytes).time_s)
                 ring_bytes_b += ring_bytes_f
         moe = r.num_experts > 1
@@ -578,14 +579,25 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 return [group_plan("reduce_scatter", tp_ar, t, 1), group_plan("all_gather", tp_ar, t, 1)] * count
             return [group_plan("all_reduce", tp_ar, t, 1)] * count
 
-        def cp_plans(count: int) -> list[CollectivePlan]:
-            """Ulysses' all-to-alls over the context group: queries, keys and values in, the output out
-            (their gradients the other way in the backward)."""
-            if not ulysses or count == 0:
+        def cp_plans(phase: str, count: int) -> list[CollectivePlan]:
+            """The blocking collectives over the context group per layer: Ulysses' all-to-alls (queries,
+            keys and values in, the output out; their gradients the other way in the backward), or
+            the gathered keys and values (gathered again in the backward, their gradients reduce-
+            scattered back to their owners). The backward repeats the forward's where it recomputes
+            attention."""
+            if comm not in ("a2a", "all_gather") or count == 0:
                 return []
-            head_bytes = tokens * r.head_dim * act_bytes
-            return [group_plan("all_to_all", head_bytes * (rt.num_heads + 2 * rt.num_kv_heads), cp, t),
-                    group_plan("all_to_all", head_bytes * rt.num_heads, cp, t)] * count
+            if comm == "a2a":
+                head_bytes = tokens * r.head_dim * act_bytes
+                forward = [group_plan("all_to_all", head_bytes * (rt.num_heads + 2 * rt.num_kv_heads), cp, t),
+                           group_plan("all_to_all", head_bytes * rt.num_heads, cp, t)]
+                backward = forward
+            else:
+                forward = [group_plan("all_gather", kv_bytes * cp, cp, t)]
+                backward = forward + [group_plan("reduce_scatter", kv_bytes * cp, cp, t)]
+            if phase == "forward":
+                return forward * count
+            return (backward + (forward if recomputes_attention else [])) * count
 
         def ep_plans(count: int) -> list[CollectivePlan]:
             if not moe or e <= 1:
@@ -605,9 +617,9 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 bw = (unit_times["block"].get("backward", 0.0) + unit_times["block"].get("recompute", 0.0)) * per_chunk
                 params = unit_params["block"] * per_chunk
                 opt += unit_times["block"].get("optimizer", 0.0) * per_chunk
-                lcf = tp_plans(2 * per_chunk) + ep_plans(2 * per_chunk) + cp_plans(per_chunk)
+                lcf = tp_plans(2 * per_chunk) + ep_plans(2 * per_chunk) + cp_plans("forward", per_chunk)
                 lcb = (tp_plans((2 + recompute_ar) * per_chunk) + ep_plans(2 * per_chunk)
-                       + cp_plans((2 if spec.activation_checkpointing != "none" else 1) * per_chunk))
+                       + cp_plans("backward", per_chunk))
                 for key, present in (("embedding", vs == 0), ("head", vs == P - 1)):
                     if present:
                         fw += unit_times[key].get("forward", 0.0)

@@ -330,13 +330,16 @@ class ParallelismSpec(Spec):
     sequence into 2 x context chunks, each GPU taking one from each end, so every GPU does the same
     attention work. Training with fused attention only. The gradient reduction (and ZeRO sharding)
     spans data x context GPUs."""
-    context_comm: Literal["p2p", "a2a"] = "p2p"
+    context_comm: Literal["p2p", "a2a", "all_gather"] = "p2p"
     """How context-parallel attention communicates (Megatron-LM ``--cp-comm-type``): ``p2p``, the ring
     above; ``a2a``, DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv 2309.14509): an all-to-all before
     attention turns each GPU's share of the sequence for all heads into the whole sequence for
     1/context of the heads (queries, keys, values), one ordinary attention kernel runs, and an
-    all-to-all after it returns the output (the backward mirrors both); the all-to-alls are not
-    overlapped. Needs the query and key-value heads per tensor-parallel rank divisible by context."""
+    all-to-all after it returns the output (the backward mirrors both); it needs the query and
+    key-value heads per tensor-parallel rank divisible by context. ``all_gather`` (the Llama 3
+    paper's context parallelism, Transformer Engine's ``AttnFuncWithCPAndKVAllGather``): keys and
+    values are all-gathered, each GPU's queries attend to them, and the backward gathers them again
+    and reduce-scatters their gradients. The a2a and all_gather collectives are not overlapped."""
     expert: count(le=10**5) = 1
     """Expert parallelism for mixture-of-experts models: experts split over this many data-parallel GPUs."""
     overlap_communication: bool = True
@@ -364,9 +367,9 @@ class ParallelismSpec(Spec):
         if self.tp_comm_overlap and self.expert > 1:
             raise field_error("tp_comm_overlap", "overlapping tensor-parallel collectives is modelled for dense "
                               "layers only, not with expert parallelism (its all-to-alls)")
-        if self.tp_comm_overlap and self.context > 1 and self.context_comm == "a2a":
+        if self.tp_comm_overlap and self.context > 1 and self.context_comm != "p2p":
             raise field_error("tp_comm_overlap", "overlapping tensor-parallel collectives is not modelled beside "
-                              "Ulysses context parallelism's all-to-alls (context_comm: a2a)")
+                              f"context parallelism's blocking collectives (context_comm: {self.context_comm})")
         if self.context > 1 and self.expert > 1:
             raise field_error("context", "context parallelism is modelled for dense layers only, not with expert "
                               "parallelism")

@@ -20,7 +20,7 @@ from typing import Literal, Optional
 from pydantic import model_validator
 
 from gpusim.config.types import Spec, count, field_error, number
-from gpusim.workload.layers import FwdOp, Layer, ModelError, attention_kept_bytes
+from gpusim.workload.layers import FwdOp, Layer, ModelError, attention_kept_bytes, saved_bytes
 from gpusim.workload.ops import (
     Attention,
     Copy,
@@ -197,9 +197,8 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
     attending to ``seq_kv`` keys. New keys and values are appended to the KV cache in
     ``kv_cache_dtype`` (default: the activations'); a decode step (``reads_kv_cache``) reads them
     from it, a prompt from the projection it just ran. ``context`` > 1: this GPU's ``seq_q`` tokens
-    are one share of a sequence split over ``context`` GPUs: attention runs as the ring's steps
-    (``context_comm`` p2p, :func:`ring_attention_steps`) or, after an all-to-all (a2a), on the whole
-    sequence for 1/context of the heads."""
+    are one share of a sequence split over ``context`` GPUs, whose attention runs as
+    :func:`context_attention` says for ``context_comm``."""
     kv_dtype = kv_cache_dtype or p.activation_dtype
     h, H, KV, hd = r.hidden_size, r.num_heads, r.num_kv_heads, r.head_dim
     T = batch * seq_q
@@ -217,17 +216,13 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
     att = Attention(batch=batch, heads=H, kv_heads=KV, seq_len_q=seq_q, seq_len_kv=seq_kv, head_dim=hd,
                     causal=r.causal, dtype=p.attention_dtype, kernel=r.attention_kernel, kv_dtype=cached,
                     score_bias=r.position_embedding == "alibi")
-    ulysses = context > 1 and context_comm == "a2a"
-    if ulysses:
-        att = replace(att, heads=H // context, kv_heads=KV // context, seq_len_q=seq_q * context,
-                      seq_len_kv=seq_kv * context)
-    o.add("attention", att, recompute_group="core_attention", kept_bytes=attention_kept_bytes(att),
-          attention_dropout=r.dropout > 0)
-    for k, step in enumerate(ring_attention_steps(att, 1 if ulysses else context)[1:], start=1):
-        # the other GPUs' keys and values, received around the ring: nothing of them is saved (the
-        # backward receives them again)
-        o.add(f"attention_ring{k}", step, recompute_group="core_attention", saved_bytes=0.0,
-              attention_dropout=r.dropout > 0)
+    # this GPU keeps its own share's Q, K, V and statistics, whatever kernels run on them; keys and
+    # values received from other GPUs are not kept (the backward fetches them again)
+    local = FwdOp("attention", att)
+    for k, (name, step) in enumerate(context_attention(att, context, context_comm)):
+        o.add(name, step, recompute_group="core_attention", attention_dropout=r.dropout > 0,
+              saved_bytes=saved_bytes(local) if k == 0 else 0.0,
+              kept_bytes=attention_kept_bytes(att) if k == 0 else 0.0)
     o.linear("proj", h, H * hd, bias=r.bias)
     o.dropout("proj_dropout", T * h)
     o.ew("residual1", "add", T * h)
@@ -257,6 +252,33 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
     if r.norm_position == "post":
         o.norm("norm2")
     return tuple(o.ops)
+
+
+def context_attention(att: Attention, context: int, comm: str) -> list[tuple[str, Attention]]:
+    """(name, op) of the attention kernels one GPU runs for its share ``att`` of a sequence split over
+    ``context`` GPUs (``att`` itself when not split):
+
+    * ``p2p``: the ring's steps (:func:`ring_attention_steps`);
+    * ``a2a`` (Ulysses): one attention over the whole sequence for 1/context of the heads;
+    * ``all_gather``: every GPU's keys and values gathered, this GPU's two chunks (chunk i and chunk
+      2 x context - 1 - i of a causal sequence) each attend to the keys up to it. The representative
+      GPU is the first (i = 0): a chunk against itself and the last chunk against the whole sequence,
+      the same visible (query, key) pairs as every other GPU's two chunks. Without a mask, all of this
+      GPU's queries against the whole sequence."""
+    if context <= 1:
+        return [("attention", att)]
+    if comm == "a2a":
+        return [("attention", replace(att, heads=att.heads // context, kv_heads=att.num_kv_heads // context,
+                                      seq_len_q=att.seq_len_q * context, seq_len_kv=att.seq_len_kv * context))]
+    if comm == "all_gather":
+        whole = att.seq_len_kv * context
+        if not att.causal:
+            return [("attention", replace(att, seq_len_kv=whole))]
+        half = att.seq_len_q // 2
+        return [("attention", replace(att, seq_len_q=half, seq_len_kv=half)),
+                ("attention_gathered", replace(att, seq_len_q=half, seq_len_kv=whole))]
+    return [("attention", a) if k == 0 else (f"attention_ring{k}", a)
+            for k, a in enumerate(ring_attention_steps(att, context))]
 
 
 def ring_attention_steps(att: Attention, context: int) -> tuple[Attention, ...]:
