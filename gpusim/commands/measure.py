@@ -1,4 +1,4 @@
-"""``gpusim measure --suite micro|kernels|library``: time kernels on a real GPU.
+"""``gpusim measure --suite micro|kernels|library|block``: time kernels on a real GPU.
 
 Writes, under ``--out DIR/<gpu stem or name>/``: ``<suite>.csv`` in the published kernels.csv format
 (``gpusim accuracy --measurements`` reads it), ``<suite>_timings.csv`` (every case: median, min, max),
@@ -6,8 +6,10 @@ Writes, under ``--out DIR/<gpu stem or name>/``: ``<suite>.csv`` in the publishe
 ``provenance.json`` (GPU, clocks, driver, versions, date). The ``library`` suite times cuBLAS through
 PyTorch instead of gpusim's own kernels and writes ``library.csv`` (each row naming the kernels the
 library ran and the tile their names state; :mod:`gpusim.cuda_backend.library`) and
-``library_provenance.json`` (GPU, PyTorch and CUDA versions, date). On a machine
-without a CUDA GPU (or, for ``library``, without PyTorch) it says so in one line and exits 2.
+``library_provenance.json`` (GPU, PyTorch and CUDA versions, date). The ``block`` suite times a
+transformer block's training step in PyTorch and writes ``block.csv``, measured beside simulated per
+phase and kernel class (:mod:`gpusim.cuda_backend.block`), and ``block_provenance.json``. On a machine
+without a CUDA GPU (or, for ``library`` and ``block``, without PyTorch) it says so in one line and exits 2.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from typing import Any, Callable, Iterable
 
 from gpusim.errors import ConfigError, GpusimError
 
-SUITE_NAMES = ("micro", "kernels", "library")
+SUITE_NAMES = ("micro", "kernels", "library", "block")
 OWN_KERNEL_SUITES = ("micro", "kernels")
-"""Suites that run gpusim's own Numba kernels (``library`` runs the vendor library's)."""
+"""Suites that run gpusim's own Numba kernels (``library`` and ``block`` run PyTorch's)."""
+TORCH_SUITES = ("library", "block")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,8 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                        epilog="Example: gpusim measure --suite micro --suite kernels --out measurements")
     p.add_argument("--suite", action="append", required=True, choices=SUITE_NAMES,
                    help="micro (pointer chase, stream, L2, FMA, host copies), kernels (GEMM, elementwise, "
-                        "softmax, layernorm, reduction, attention) or library (torch.mm and, for FP8, "
-                        "torch._scaled_mm: time and the kernels it ran; needs PyTorch); repeatable")
+                        "softmax, layernorm, reduction, attention), library (torch.mm and, for FP8, "
+                        "torch._scaled_mm: time and the kernels it ran; needs PyTorch) or block (a Llama "
+                        "block's forward and backward in PyTorch beside gpusim's, per kernel class); repeatable")
     p.add_argument("--out", default="measurements", metavar="DIR",
                    help="parent folder; files go to DIR/<gpu>/ (default: measurements)")
     p.add_argument("--hardware", default=None, metavar="NAME_OR_PATH",
@@ -131,31 +135,74 @@ def execute_library(probes, machine, gpu: str, provenance: dict[str, Any], out_d
     return [path, provenance_path]
 
 
-def _cmd_library(args: argparse.Namespace) -> int:
-    from gpusim.cuda_backend.library import (LIBRARY_PROBES, run_library_probes, supported_probes, torch_provenance,
-                                             torch_unavailable_reason)
+def execute_block(probes, hardware_name: str, gpu: str, provenance: dict[str, Any], out_dir: Path,
+                  runner: Callable, num_warmups: int, num_repeats: int, progress: Callable | None = None) -> list[Path]:
+    """Run the block probes with ``runner`` (:func:`gpusim.cuda_backend.block.run_block_probes` or a
+    stand-in), simulate each on ``hardware_name`` and write ``block.csv`` and ``block_provenance.json``."""
+    from gpusim.cuda_backend.block import BLOCK_COLUMNS, block_rows
+
+    results = runner(probes, num_warmups, num_repeats, progress=progress)
+    path = out_dir / "block.csv"
+    _write_csv(path, BLOCK_COLUMNS, block_rows(results, gpu, hardware_name, provenance))
+    provenance_path = out_dir / "block_provenance.json"
+    _write_json(provenance_path, provenance)
+    return [path, provenance_path]
+
+
+def _torch_setup(args: argparse.Namespace, suite: str) -> tuple[dict[str, Any], str, dict[str, Any], Path] | None:
+    """(device, description stem, provenance, output folder) for a suite that runs PyTorch; None (after
+    saying why in one line) when PyTorch or its GPU is missing."""
+    from gpusim.cuda_backend.library import torch_provenance, torch_unavailable_reason
     from gpusim.cuda_backend.measure import base_provenance, folder_name, gpu_stem
-    from gpusim.cuda_backend.plans import load_machine
 
     reason = torch_unavailable_reason()
     if reason is not None:
-        print(f"gpusim: measure --suite library: {reason}", file=sys.stderr)
-        return 2
+        print(f"gpusim: measure --suite {suite}: {reason}", file=sys.stderr)
+        return None
     device = torch_provenance()
     stem = args.hardware or gpu_stem(device["gpu_name"])
     if stem is None:
         raise ConfigError("--hardware", "", f"no built-in description for {device['gpu_name']!r}; pass --hardware NAME")
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
     provenance = {**device, **base_provenance(stem, now), "num_warmups": args.warmups, "num_repeats": args.repeats,
-                  "suites": ["library"]}
+                  "suites": [suite]}
+    return device, stem, provenance, Path(args.out) / folder_name(device["gpu_name"])
+
+
+def _cmd_library(args: argparse.Namespace) -> int:
+    from gpusim.cuda_backend.library import LIBRARY_PROBES, run_library_probes, supported_probes
+    from gpusim.cuda_backend.plans import load_machine
+
+    setup = _torch_setup(args, "library")
+    if setup is None:
+        return 2
+    device, stem, provenance, out_dir = setup
 
     def progress(probe, result) -> None:
         print(f"{probe.case_id(stem):<44} median {result.median_s:.4g} s  {result.gemm_kernel or ''}", file=sys.stderr)
 
     probes = supported_probes(LIBRARY_PROBES, device["compute_capability"])
-    written = execute_library(probes, load_machine(stem), stem, provenance,
-                              Path(args.out) / folder_name(device["gpu_name"]), run_library_probes, args.warmups,
+    written = execute_library(probes, load_machine(stem), stem, provenance, out_dir, run_library_probes, args.warmups,
                               args.repeats, progress)
+    for path in written:
+        print(path)
+    return 0
+
+
+def _cmd_block(args: argparse.Namespace) -> int:
+    from gpusim.cuda_backend.block import BLOCK_PROBES, run_block_probes
+
+    setup = _torch_setup(args, "block")
+    if setup is None:
+        return 2
+    _, stem, provenance, out_dir = setup
+
+    def progress(probe, result) -> None:
+        print(f"{probe.case_id(stem):<60} forward {result.forward_s:.4g} s, step {result.step_s:.4g} s",
+              file=sys.stderr)
+
+    written = execute_block(BLOCK_PROBES, args.hardware or stem, stem, provenance, out_dir, run_block_probes,
+                            args.warmups, args.repeats, progress)
     for path in written:
         print(path)
     return 0
@@ -164,11 +211,12 @@ def _cmd_library(args: argparse.Namespace) -> int:
 def cmd_measure(args: argparse.Namespace) -> int:
     if args.repeats < 1 or args.warmups < 0:
         raise ConfigError("--repeats/--warmups", "", "repeats must be at least 1 and warm-ups at least 0")
-    if "library" in args.suite:
+    torch_suites = [s for s in TORCH_SUITES if s in args.suite]
+    if torch_suites:
         if len(set(args.suite)) > 1:
-            raise ConfigError("--suite", "", "library times cuBLAS through PyTorch; run it on its own, not with "
-                                             + ", ".join(s for s in OWN_KERNEL_SUITES if s in args.suite))
-        return _cmd_library(args)
+            raise ConfigError("--suite", "", f"{torch_suites[0]} runs PyTorch; run it on its own, not with "
+                                             + ", ".join(sorted(set(args.suite) - {torch_suites[0]})))
+        return _cmd_library(args) if torch_suites[0] == "library" else _cmd_block(args)
     reason = no_gpu_reason()
     if reason is not None:
         print(f"gpusim: no CUDA GPU found ({reason})", file=sys.stderr)

@@ -202,7 +202,7 @@ def torch_provenance() -> dict[str, Any]:
             "torch_cuda_version": torch.version.cuda or "", "l2_bytes": getattr(props, "L2_cache_size", 0)}
 
 
-def _kernel_seconds(event) -> float:
+def profiler_event_seconds(event) -> float:
     """Device time of one profiler event in seconds (the attribute's name differs across PyTorch versions)."""
     micros = getattr(event, "device_time_total", None)
     if micros is None:
@@ -268,7 +268,7 @@ def run_library_probes(probes, num_warmups: int, num_repeats: int, l2_bytes: flo
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             call(*sets[0])
             torch.cuda.synchronize()
-        kernels = tuple((e.name, _kernel_seconds(e)) for e in prof.events()
+        kernels = tuple((e.name, profiler_event_seconds(e)) for e in prof.events()
                         if str(getattr(e, "device_type", "")).endswith("CUDA"))
         result = LibraryResult(probe, tuple(times), kernels, num_warmups, len(sets))
         results.append(result)

@@ -1,0 +1,278 @@
+"""``gpusim measure --suite block``: time one transformer block's training step in PyTorch and set it
+beside gpusim's simulation of the same block, kernel class by kernel class.
+
+gpusim's whole training steps run short of the published ones (README, "Whole training steps of
+PyTorch stacks") while its GEMM and attention kernels alone do not. This suite is the measurement that
+says where the difference lives: a Llama-style block (RMSNorm, Q/K/V/O projections with grouped-query
+heads, rotary embedding, causal ``scaled_dot_product_attention``, SwiGLU MLP, residual adds) in eager
+PyTorch, BF16, for a few shapes. Each probe is timed with CUDA events around the forward alone and
+around forward plus backward (median of repeats after warm-ups), and one more step is profiled with
+``torch.profiler`` for every kernel's name and device time. Kernels are sorted into ``gemm``,
+``attention`` and ``other`` by name; gpusim simulates the same block (the ``llama`` builder with one
+layer, ``fusion: attention_only``, the attention kernel the profile shows) on the GPU's description,
+and each row of ``block.csv`` gives one phase and class, measured and simulated.
+
+Only :func:`run_block_probes` needs PyTorch and a GPU (or, for tests, a CPU: it takes the device).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable
+
+BLOCK_CLASSES = ("gemm", "attention", "other")
+ATTENTION_MARKERS = ("flash", "fmha", "attention", "attn", "sdpa", "cudnn")
+GEMM_MARKERS = ("gemm", "nvjet", "cutlass", "xmma", "cublas", "wgmma", "16816", "_mma_", "sm90_", "sm80_", "ampere_")
+BLOCK_COLUMNS = ("case_id", "gpu", "phase", "kernel_class", "measured_s", "simulated_s", "error_fraction",
+                 "num_kernels", "source", "notes")
+
+
+@dataclass(frozen=True)
+class BlockProbe:
+    """One Llama-style block: ``batch`` sequences of ``seq_len`` tokens, BF16."""
+
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    ffn_hidden_size: int
+    seq_len: int
+    batch: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def case_id(self, gpu: str) -> str:
+        return (f"{gpu}_torch_llama_block_h{self.hidden_size}_kv{self.num_kv_heads}_f{self.ffn_hidden_size}"
+                f"_s{self.seq_len}_b{self.batch}")
+
+    def workload_items(self, attention_kernel: str) -> list[str]:
+        """Overrides of the built-in ``llama2_7b_train`` workload that describe this block."""
+        return ["config.num_layers=1", f"config.hidden_size={self.hidden_size}", f"config.num_heads={self.num_heads}",
+                f"config.num_kv_heads={self.num_kv_heads}", f"config.ffn_hidden_size={self.ffn_hidden_size}",
+                f"config.seq_len={self.seq_len}", f"batch_size={self.batch}", "precision=bf16",
+                "activation_checkpointing=none", "fusion=attention_only",
+                f"config.attention_kernel={attention_kernel}"]
+
+
+BLOCK_PROBES: tuple[BlockProbe, ...] = (
+    BlockProbe(4096, 32, 8, 14336, 4096, 1),   # Llama 3 8B, NeMo's H100 runs' sequence share under CP 2
+    BlockProbe(4096, 32, 8, 14336, 8192, 1),   # Llama 3 8B at its training length
+    BlockProbe(4096, 32, 32, 11008, 4096, 2),  # Llama 2 7B, torchtitan's and llm-foundry's sizes
+    BlockProbe(2048, 16, 16, 5632, 2048, 8),   # a 1B-class block, many tokens per GEMM row
+)
+"""The blocks the suite runs: the models of the training runs gpusim simulates short."""
+
+
+@dataclass(frozen=True)
+class BlockResult:
+    probe: BlockProbe
+    forward_times_s: tuple[float, ...]
+    step_times_s: tuple[float, ...]
+    """Forward plus backward of each timed repeat."""
+    kernels: tuple[tuple[str, float, str], ...]
+    """(name, device seconds, phase) of every kernel of one profiled step, phase ``forward`` or ``backward``."""
+
+    @property
+    def forward_s(self) -> float:
+        return statistics.median(self.forward_times_s)
+
+    @property
+    def step_s(self) -> float:
+        return statistics.median(self.step_times_s)
+
+
+def kernel_class(name: str) -> str:
+    """``attention``, ``gemm`` or ``other`` for a CUDA kernel's name (attention first: FlashAttention's
+    kernels use MMA instructions too)."""
+    low = name.lower()
+    if any(marker in low for marker in ATTENTION_MARKERS):
+        return "attention"
+    if any(marker in low for marker in GEMM_MARKERS):
+        return "gemm"
+    return "other"
+
+
+def gpusim_attention_kernel(kernels) -> str:
+    """The gpusim attention kernel that stands for the one the profile ran: cuDNN's and the Hopper
+    FlashAttention-3 kernels are warp-specialized and asynchronous (``fused_async``), FlashAttention-2's
+    are not (``fused``)."""
+    names = [name.lower() for name, _, _ in kernels if kernel_class(name) == "attention"]
+    if any("cudnn" in n or "sm90" in n or "fmha" in n or "fa3" in n for n in names):
+        return "fused_async"
+    return "fused"
+
+
+def simulated_block(probe: BlockProbe, hardware_name: str, attention_kernel: str) -> dict[tuple[str, str], tuple[float, int]]:
+    """{(phase, class): (seconds, kernels)} of the block's forward and backward as gpusim simulates them on
+    ``hardware_name`` (one GPU, eager launches)."""
+    from gpusim.config import load_hardware
+    from gpusim.engine.simulate import simulate
+    from gpusim.workload import load_workload
+
+    result = simulate(load_hardware(hardware_name), load_workload("llama2_7b_train",
+                                                                  probe.workload_items(attention_kernel)))
+    out: dict[tuple[str, str], tuple[float, int]] = {}
+    for k in result.kernels:
+        if not k.node.startswith("layer0.") or k.phase not in ("forward", "backward"):
+            continue
+        cls = "gemm" if k.op == "matmul" else "attention" if k.op == "attention" else "other"
+        seconds, count = out.get((k.phase, cls), (0.0, 0))
+        out[(k.phase, cls)] = (seconds + k.time_s + k.launch_gap_s, count + k.repeat)
+    return out
+
+
+def block_rows(results: list[BlockResult], gpu: str, hardware_name: str, provenance: dict[str, Any]
+               ) -> list[dict[str, Any]]:
+    """Rows of ``block.csv``: per probe, the CUDA-event times of the forward and of the whole step
+    (class ``all``) and, per phase and kernel class, the profiled kernels' device time, each beside
+    gpusim's."""
+    source = (f"gpusim {provenance.get('gpusim_version', '')} measure --suite block (torch "
+              f"{provenance.get('torch_version', '?')}, CUDA {provenance.get('torch_cuda_version', '?')}) on "
+              f"{provenance.get('gpu_name', '?')}, {provenance.get('date', '')}")
+    rows: list[dict[str, Any]] = []
+    for result in results:
+        probe = result.probe
+        attention = gpusim_attention_kernel(result.kernels)
+        simulated = simulated_block(probe, hardware_name, attention)
+        case = probe.case_id(gpu)
+
+        def row(phase: str, cls: str, measured: float, sim: float, count: int, notes: str) -> dict[str, Any]:
+            return {"case_id": case, "gpu": gpu, "phase": phase, "kernel_class": cls, "measured_s": measured,
+                    "simulated_s": sim, "error_fraction": (sim - measured) / measured if measured > 0 else "",
+                    "num_kernels": count, "source": source, "notes": notes}
+
+        sim_forward = sum(s for (phase, _), (s, _) in simulated.items() if phase == "forward")
+        sim_step = sum(s for s, _ in simulated.values())
+        timed = f"median of {len(result.step_times_s)} CUDA-event-timed repeats; gpusim attention kernel {attention}"
+        rows.append(row("forward", "all", result.forward_s, sim_forward, 0, timed))
+        rows.append(row("step", "all", result.step_s, sim_step, 0, timed))
+        for phase in ("forward", "backward"):
+            for cls in BLOCK_CLASSES:
+                names = [(n, s) for n, s, p in result.kernels if p == phase and kernel_class(n) == cls]
+                sim_s, sim_count = simulated.get((phase, cls), (0.0, 0))
+                slowest = sorted(names, key=lambda x: -x[1])[:3]
+                notes = "profiled kernels' device time; longest: " + "; ".join(
+                    f"{n[:80]} ({s * 1e6:.3g} us)" for n, s in slowest)
+                rows.append(row(phase, cls, sum(s for _, s in names), sim_s, len(names), notes))
+    return rows
+
+
+def _block_module(torch, probe: BlockProbe, device: str):
+    """The block in eager PyTorch (written for this suite): pre-norm RMSNorm, bias-free projections,
+    rotary embedding on queries and keys, causal SDPA over grouped-query heads, SwiGLU MLP."""
+    nn, F = torch.nn, torch.nn.functional
+    dtype = torch.bfloat16
+    h, heads, kv, hd, ffn = probe.hidden_size, probe.num_heads, probe.num_kv_heads, probe.head_dim, probe.ffn_hidden_size
+
+    class RMSNorm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(h, device=device, dtype=dtype))
+
+        def forward(self, x):
+            x32 = x.float()
+            return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-5)).to(x.dtype) * self.weight
+
+    def rotate(x, cos, sin):
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm1, self.norm2 = RMSNorm(), RMSNorm()
+            self.qkv = nn.Linear(h, (heads + 2 * kv) * hd, bias=False, device=device, dtype=dtype)
+            self.proj = nn.Linear(heads * hd, h, bias=False, device=device, dtype=dtype)
+            self.up = nn.Linear(h, 2 * ffn, bias=False, device=device, dtype=dtype)
+            self.down = nn.Linear(ffn, h, bias=False, device=device, dtype=dtype)
+            positions = torch.arange(probe.seq_len, device=device, dtype=torch.float32)
+            freqs = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd))
+            angles = torch.outer(positions, freqs).repeat(1, 2)
+            self.register_buffer("cos", angles.cos().to(dtype)[None, None])
+            self.register_buffer("sin", angles.sin().to(dtype)[None, None])
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = self.qkv(self.norm1(x)).split([heads * hd, kv * hd, kv * hd], dim=-1)
+            q = rotate(q.view(b, s, heads, hd).transpose(1, 2), self.cos, self.sin)
+            k = rotate(k.view(b, s, kv, hd).transpose(1, 2), self.cos, self.sin)
+            v = v.view(b, s, kv, hd).transpose(1, 2)
+            if kv != heads:
+                k = k.repeat_interleave(heads // kv, dim=1)
+                v = v.repeat_interleave(heads // kv, dim=1)
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(o.transpose(1, 2).reshape(b, s, heads * hd))
+            gate, up = self.up(self.norm2(x)).chunk(2, dim=-1)
+            return x + self.down(F.silu(gate) * up)
+
+    block = Block()
+    x = torch.randn(probe.batch, probe.seq_len, h, device=device, dtype=dtype, requires_grad=True)
+    return block, x
+
+
+def run_block_probes(probes, num_warmups: int, num_repeats: int, device: str = "cuda",
+                     progress: Callable[[BlockProbe, BlockResult], None] | None = None) -> list[BlockResult]:
+    """Run every probe with PyTorch on ``device`` (see the module docstring). On a CPU the times are
+    wall-clock and no kernels are profiled (for tests)."""
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.startswith("cuda")
+    results = []
+    for probe in probes:
+        block, x = _block_module(torch, probe, device)
+        grad = torch.randn_like(x)
+
+        def forward():
+            with torch.no_grad():
+                block(x)
+
+        def step():
+            block(x).backward(grad)
+
+        def timed(fn) -> float:
+            if not cuda:
+                start = time.perf_counter()
+                fn()
+                return time.perf_counter() - start
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return begin.elapsed_time(end) * 1e-3
+
+        for _ in range(num_warmups):
+            step()
+        forward_times = tuple(timed(forward) for _ in range(num_repeats))
+        step_times = tuple(timed(step) for _ in range(num_repeats))
+        kernels: list[tuple[str, float, str]] = []
+        if cuda:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                out = block(x)
+                torch.cuda.synchronize()
+            kernels += _profiled(prof, "forward")
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                out.backward(grad)
+                torch.cuda.synchronize()
+            kernels += _profiled(prof, "backward")
+        result = BlockResult(probe, forward_times, step_times, tuple(kernels))
+        results.append(result)
+        if progress is not None:
+            progress(probe, result)
+        del block, x, grad
+        if cuda:
+            torch.cuda.empty_cache()
+    return results
+
+
+def _profiled(prof, phase: str) -> list[tuple[str, float, str]]:
+    from gpusim.cuda_backend.library import profiler_event_seconds
+
+    return [(e.name, profiler_event_seconds(e), phase) for e in prof.events()
+            if str(getattr(e, "device_type", "")).endswith("CUDA")]

@@ -1,0 +1,95 @@
+"""``gpusim measure --suite block`` without a GPU: classification, the rows a stand-in run writes, and
+(where PyTorch is installed) that the PyTorch block is the block gpusim simulates."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from gpusim.cuda_backend import block as B
+from gpusim.cuda_backend import library as L
+
+SMALL = B.BlockProbe(hidden_size=256, num_heads=4, num_kv_heads=2, ffn_hidden_size=512, seq_len=128, batch=2)
+
+
+def test_block_suite_without_pytorch_exits_2_with_one_line(monkeypatch, capsys):
+    from gpusim.cli import main
+
+    monkeypatch.setattr(L, "torch_unavailable_reason", lambda: "PyTorch is not installed")
+    assert main(["measure", "--suite", "block"]) == 2
+    assert capsys.readouterr().err == "gpusim: measure --suite block: PyTorch is not installed\n"
+
+
+def test_block_suite_runs_on_its_own(capsys):
+    from gpusim.cli import main
+
+    assert main(["measure", "--suite", "block", "--suite", "library"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "run it on its own" in err[0]
+
+
+@pytest.mark.parametrize("name,cls", [
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_"
+     "kernel__5x_cublas", "gemm"),
+    ("nvjet_tst_256x128_64x4_1x2_h_bz_coopB_TNT", "gemm"),
+    ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false>>", "attention"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1_kernel0_0", "attention"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>", "other"),
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::MeanOps<float, float>>>",
+     "other"),
+])
+def test_kernels_are_classed_by_name(name, cls):
+    assert B.kernel_class(name) == cls
+
+
+def test_the_attention_kernel_gpusim_simulates_follows_the_profile():
+    fa2 = (("void pytorch_flash::flash_fwd_kernel<...>", 1e-4, "forward"),)
+    cudnn = (("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16", 1e-4, "forward"),)
+    assert B.gpusim_attention_kernel(fa2) == "fused"
+    assert B.gpusim_attention_kernel(cudnn) == "fused_async"
+
+
+def test_a_stand_in_run_writes_measured_beside_simulated(tmp_path):
+    from gpusim.commands.measure import execute_block
+
+    kernels = (("sm90_xmma_gemm_bf16", 3e-4, "forward"), ("flash_fwd_kernel", 1e-4, "forward"),
+               ("vectorized_elementwise_kernel", 5e-5, "forward"), ("sm90_xmma_gemm_bf16", 6e-4, "backward"),
+               ("flash_bwd_dq_dk_dv_loop_kernel", 3e-4, "backward"))
+
+    def runner(probes, num_warmups, num_repeats, progress=None):
+        return [B.BlockResult(p, (5e-4, 6e-4, 4e-4), (1.6e-3, 1.5e-3, 1.4e-3), kernels) for p in probes]
+
+    paths = execute_block([SMALL], "h100_sxm5_80gb", "h100_sxm5_80gb", {"gpu_name": "NVIDIA H100"}, tmp_path,
+                          runner, 3, 3)
+    rows = list(csv.DictReader(paths[0].open()))
+    assert len(rows) == 2 + 2 * len(B.BLOCK_CLASSES)
+    by = {(r["phase"], r["kernel_class"]): r for r in rows}
+    assert float(by[("forward", "all")]["measured_s"]) == pytest.approx(5e-4)
+    assert float(by[("step", "all")]["measured_s"]) == pytest.approx(1.5e-3)
+    assert float(by[("backward", "attention")]["measured_s"]) == pytest.approx(3e-4)
+    assert by[("forward", "gemm")]["num_kernels"] == "1"
+    # gpusim's forward is its three classes together, and the step its forward and backward
+    forward = sum(float(by[("forward", c)]["simulated_s"]) for c in B.BLOCK_CLASSES)
+    step = forward + sum(float(by[("backward", c)]["simulated_s"]) for c in B.BLOCK_CLASSES)
+    assert float(by[("forward", "all")]["simulated_s"]) == pytest.approx(forward, rel=1e-5)  # 6 digits in the CSV
+    assert float(by[("step", "all")]["simulated_s"]) == pytest.approx(step, rel=1e-5)
+    assert all(float(by[(p, c)]["simulated_s"]) > 0 for p in ("forward", "backward") for c in B.BLOCK_CLASSES)
+    assert paths[1].name == "block_provenance.json"
+
+
+def test_the_pytorch_block_is_the_block_gpusim_simulates():
+    torch = pytest.importorskip("torch")
+    from gpusim.workload import load_workload
+    from gpusim.workload.models import transformer as T
+    from gpusim.workload.precision import policy
+
+    block, x = B._block_module(torch, SMALL, "cpu")
+    wl = load_workload("llama2_7b_train", SMALL.workload_items("fused"))
+    r = T.resolve("llama", wl.spec.config)
+    layers = T.build_layers(r, policy("bf16"), batch=SMALL.batch, seq_q=SMALL.seq_len, seq_kv=SMALL.seq_len,
+                            training=True)
+    assert sum(p.numel() for p in block.parameters()) == layers[1].num_parameters()
+    assert block(x).shape == x.shape
+    results = B.run_block_probes([SMALL], 1, 2, device="cpu")
+    assert len(results[0].step_times_s) == 2 and results[0].step_s > 0 and results[0].kernels == ()
