@@ -50,7 +50,7 @@ def test_the_attention_kernel_gpusim_simulates_follows_the_profile():
     assert B.gpusim_attention_kernel(cudnn) == "fused_async"
 
 
-def test_a_stand_in_run_writes_measured_beside_simulated(tmp_path):
+def test_a_stand_in_run_writes_measured_beside_simulated(tmp_path, capsys):
     from gpusim.commands.measure import execute_block
 
     kernels = (("sm90_xmma_gemm_bf16", 3e-4, "forward"), ("flash_fwd_kernel", 1e-4, "forward"),
@@ -76,6 +76,8 @@ def test_a_stand_in_run_writes_measured_beside_simulated(tmp_path):
     assert float(by[("step", "all")]["simulated_s"]) == pytest.approx(step, rel=1e-5)
     assert all(float(by[(p, c)]["simulated_s"]) > 0 for p in ("forward", "backward") for c in B.BLOCK_CLASSES)
     assert paths[1].name == "block_provenance.json"
+    summary = capsys.readouterr().err.splitlines()
+    assert len(summary) == len(rows) and "forward: measured 0.500 ms" in summary[0]
 
 
 def test_the_pytorch_block_is_the_block_gpusim_simulates():

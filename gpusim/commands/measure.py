@@ -139,11 +139,14 @@ def execute_block(probes, hardware_name: str, gpu: str, provenance: dict[str, An
                   runner: Callable, num_warmups: int, num_repeats: int, progress: Callable | None = None) -> list[Path]:
     """Run the block probes with ``runner`` (:func:`gpusim.cuda_backend.block.run_block_probes` or a
     stand-in), simulate each on ``hardware_name`` and write ``block.csv`` and ``block_provenance.json``."""
-    from gpusim.cuda_backend.block import BLOCK_COLUMNS, block_rows
+    from gpusim.cuda_backend.block import BLOCK_COLUMNS, block_rows, summary_lines
 
     results = runner(probes, num_warmups, num_repeats, progress=progress)
+    rows = block_rows(results, gpu, hardware_name, provenance)
+    for line in summary_lines(rows):
+        print(line, file=sys.stderr)
     path = out_dir / "block.csv"
-    _write_csv(path, BLOCK_COLUMNS, block_rows(results, gpu, hardware_name, provenance))
+    _write_csv(path, BLOCK_COLUMNS, rows)
     provenance_path = out_dir / "block_provenance.json"
     _write_json(provenance_path, provenance)
     return [path, provenance_path]

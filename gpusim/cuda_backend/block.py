@@ -216,59 +216,85 @@ def _block_module(torch, probe: BlockProbe, device: str):
 def run_block_probes(probes, num_warmups: int, num_repeats: int, device: str = "cuda",
                      progress: Callable[[BlockProbe, BlockResult], None] | None = None) -> list[BlockResult]:
     """Run every probe with PyTorch on ``device`` (see the module docstring). On a CPU the times are
-    wall-clock and no kernels are profiled (for tests)."""
-    import time
+    wall-clock and no kernels are profiled (for tests). A probe that runs out of GPU memory is left
+    out, said on standard error, and the others still run."""
+    import sys
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
-    cuda = device.startswith("cuda")
     results = []
     for probe in probes:
-        block, x = _block_module(torch, probe, device)
-        grad = torch.randn_like(x)
-
-        def forward():
-            with torch.no_grad():
-                block(x)
-
-        def step():
-            block(x).backward(grad)
-
-        def timed(fn) -> float:
-            if not cuda:
-                start = time.perf_counter()
-                fn()
-                return time.perf_counter() - start
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return begin.elapsed_time(end) * 1e-3
-
-        for _ in range(num_warmups):
-            step()
-        forward_times = tuple(timed(forward) for _ in range(num_repeats))
-        step_times = tuple(timed(step) for _ in range(num_repeats))
-        kernels: list[tuple[str, float, str]] = []
-        if cuda:
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                out = block(x)
-                torch.cuda.synchronize()
-            kernels += _profiled(prof, "forward")
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                out.backward(grad)
-                torch.cuda.synchronize()
-            kernels += _profiled(prof, "backward")
-        result = BlockResult(probe, forward_times, step_times, tuple(kernels))
+        try:
+            result = _run_probe(torch, probe, num_warmups, num_repeats, device)
+        except torch.cuda.OutOfMemoryError:
+            print(f"gpusim: measure --suite block: {probe.case_id('gpu')} left out: out of GPU memory", file=sys.stderr)
+            result = None
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        if result is None:
+            continue
         results.append(result)
         if progress is not None:
             progress(probe, result)
-        del block, x, grad
-        if cuda:
-            torch.cuda.empty_cache()
     return results
+
+
+def _run_probe(torch, probe: BlockProbe, num_warmups: int, num_repeats: int, device: str) -> BlockResult:
+    import time
+
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.startswith("cuda")
+    block, x = _block_module(torch, probe, device)
+    grad = torch.randn_like(x)
+
+    def forward():
+        with torch.no_grad():
+            block(x)
+
+    def step():
+        block(x).backward(grad)
+
+    def timed(fn) -> float:
+        if not cuda:
+            start = time.perf_counter()
+            fn()
+            return time.perf_counter() - start
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return begin.elapsed_time(end) * 1e-3
+
+    for _ in range(num_warmups):
+        step()
+    forward_times = tuple(timed(forward) for _ in range(num_repeats))
+    step_times = tuple(timed(step) for _ in range(num_repeats))
+    kernels: list[tuple[str, float, str]] = []
+    if cuda:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = block(x)
+            torch.cuda.synchronize()
+        kernels += _profiled(prof, "forward")
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out.backward(grad)
+            torch.cuda.synchronize()
+        kernels += _profiled(prof, "backward")
+    return BlockResult(probe, forward_times, step_times, tuple(kernels))
+
+
+def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per probe and phase: measured and simulated milliseconds of each kernel class."""
+    lines = []
+    for row in rows:
+        if row["kernel_class"] == "all":
+            lines.append(f"{row['case_id']} {row['phase']}: measured {row['measured_s'] * 1e3:.3f} ms, "
+                         f"gpusim {row['simulated_s'] * 1e3:.3f} ms")
+        else:
+            lines.append(f"    {row['phase']:<8} {row['kernel_class']:<9} measured {row['measured_s'] * 1e3:8.3f} ms "
+                         f"({row['num_kernels']} kernels), gpusim {row['simulated_s'] * 1e3:8.3f} ms")
+    return lines
 
 
 def _profiled(prof, phase: str) -> list[tuple[str, float, str]]:
