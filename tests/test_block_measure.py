@@ -58,17 +58,20 @@ def test_a_stand_in_run_writes_measured_beside_simulated(tmp_path, capsys):
                ("flash_bwd_dq_dk_dv_loop_kernel", 3e-4, "backward"))
 
     def runner(probes, num_warmups, num_repeats, progress=None):
-        return [B.BlockResult(p, (5e-4, 6e-4, 4e-4), (1.6e-3, 1.5e-3, 1.4e-3), kernels) for p in probes]
+        return [B.BlockResult(p, (5e-4, 6e-4, 4e-4), (1.6e-3, 1.5e-3, 1.4e-3), kernels, 2.5e-4) for p in probes]
 
     paths = execute_block([SMALL], "h100_sxm5_80gb", "h100_sxm5_80gb", {"gpu_name": "NVIDIA H100"}, tmp_path,
                           runner, 3, 3)
     rows = list(csv.DictReader(paths[0].open()))
-    assert len(rows) == 2 + 2 * len(B.BLOCK_CLASSES)
+    assert len(rows) == 3 + 2 * len(B.BLOCK_CLASSES)
     by = {(r["phase"], r["kernel_class"]): r for r in rows}
     assert float(by[("forward", "all")]["measured_s"]) == pytest.approx(5e-4)
     assert float(by[("step", "all")]["measured_s"]) == pytest.approx(1.5e-3)
     assert float(by[("backward", "attention")]["measured_s"]) == pytest.approx(3e-4)
     assert by[("forward", "gemm")]["num_kernels"] == "1"
+    # the projections timed alone are set beside gpusim's forward GEMMs, as the in-block ones are
+    assert float(by[("forward", "gemm_isolated")]["measured_s"]) == pytest.approx(2.5e-4)
+    assert by[("forward", "gemm_isolated")]["simulated_s"] == by[("forward", "gemm")]["simulated_s"]
     # gpusim's forward is its three classes together, and the step its forward and backward
     forward = sum(float(by[("forward", c)]["simulated_s"]) for c in B.BLOCK_CLASSES)
     step = forward + sum(float(by[("backward", c)]["simulated_s"]) for c in B.BLOCK_CLASSES)

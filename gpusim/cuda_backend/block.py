@@ -10,7 +10,9 @@ around forward plus backward (median of repeats after warm-ups), and one more st
 ``torch.profiler`` for every kernel's name and device time. Kernels are sorted into ``gemm``,
 ``attention`` and ``other`` by name; gpusim simulates the same block (the ``llama`` builder with one
 layer, ``fusion: attention_only``, the attention kernel the profile shows) on the GPU's description,
-and each row of ``block.csv`` gives one phase and class, measured and simulated.
+and each row of ``block.csv`` gives one phase and class, measured and simulated. The forward's four
+projections are also timed alone, each in a loop of its own (class ``gemm_isolated``): whether a GEMM
+runs slower inside a step than in a benchmark is the first thing to know.
 
 Only :func:`run_block_probes` needs PyTorch and a GPU (or, for tests, a CPU: it takes the device).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 BLOCK_CLASSES = ("gemm", "attention", "other")
@@ -73,6 +76,10 @@ class BlockResult:
     """Forward plus backward of each timed repeat."""
     kernels: tuple[tuple[str, float, str], ...]
     """(name, device seconds, phase) of every kernel of one profiled step, phase ``forward`` or ``backward``."""
+    isolated_gemm_s: float | None = None
+    """The forward's four projections (QKV, output, gate-up, down) each timed alone in a loop of its own
+    (median of repeats), summed: set beside the same GEMMs inside the block, it says whether they run
+    slower in a step than in a benchmark."""
 
     @property
     def forward_s(self) -> float:
@@ -156,6 +163,9 @@ def block_rows(results: list[BlockResult], gpu: str, hardware_name: str, provena
                 notes = "profiled kernels' device time; longest: " + "; ".join(
                     f"{n[:80]} ({s * 1e6:.3g} us)" for n, s in slowest)
                 rows.append(row(phase, cls, sum(s for _, s in names), sim_s, len(names), notes))
+        if result.isolated_gemm_s is not None:
+            rows.append(row("forward", "gemm_isolated", result.isolated_gemm_s, simulated.get(("forward", "gemm"),
+                            (0.0, 0))[0], 4, "the forward's four projections, each timed alone (median of repeats)"))
     return rows
 
 
@@ -281,7 +291,15 @@ def _run_probe(torch, probe: BlockProbe, num_warmups: int, num_repeats: int, dev
             out.backward(grad)
             torch.cuda.synchronize()
         kernels += _profiled(prof, "backward")
-    return BlockResult(probe, forward_times, step_times, tuple(kernels))
+        isolated = 0.0
+        with torch.no_grad():
+            for linear in (block.qkv, block.proj, block.up, block.down):
+                call = partial(linear, torch.randn(probe.batch * probe.seq_len, linear.in_features, device=device,
+                                                   dtype=linear.weight.dtype))
+                for _ in range(num_warmups):
+                    call()
+                isolated += statistics.median(timed(call) for _ in range(num_repeats))
+    return BlockResult(probe, forward_times, step_times, tuple(kernels), isolated if cuda else None)
 
 
 def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
