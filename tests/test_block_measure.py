@@ -98,3 +98,35 @@ def test_the_pytorch_block_is_the_block_gpusim_simulates():
     assert block(x).shape == x.shape
     results = B.run_block_probes([SMALL], 1, 2, device="cpu")
     assert len(results[0].step_times_s) == 2 and results[0].step_s > 0 and results[0].kernels == ()
+
+
+def test_the_fp8_projections_compute_what_the_bf16_ones_do():
+    # per-tensor scaled E4M3 (forward) and E5M2 (gradients) carry 3 and 2 mantissa bits: the products
+    # agree with BF16 to a few percent, and the gradients flow to the input and the weight
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    FP8Linear = B._fp8_linear(torch)
+    ref = torch.nn.Linear(256, 128, bias=False, dtype=torch.bfloat16)
+    fp8 = FP8Linear(256, 128, bias=False, dtype=torch.bfloat16)
+    fp8.weight.data.copy_(ref.weight.data)
+    x = torch.randn(4, 64, 256, dtype=torch.bfloat16, requires_grad=True)
+    x_ref = x.detach().clone().requires_grad_(True)
+    y, y_ref = fp8(x), ref(x_ref)
+    grad = torch.randn_like(y)
+    y.backward(grad)
+    y_ref.backward(grad)
+
+    def rel(a, b):
+        return float((a.detach().float() - b.detach().float()).norm() / b.detach().float().norm())
+
+    assert y.shape == y_ref.shape and rel(y, y_ref) < 0.06
+    assert rel(x.grad, x_ref.grad) < 0.12 and rel(fp8.weight.grad, ref.weight.grad) < 0.12
+
+
+def test_an_fp8_block_runs_and_is_simulated_in_fp8():
+    torch = pytest.importorskip("torch")
+    probe = B.BlockProbe(256, 4, 2, 512, 128, 2, "fp8")
+    assert probe.case_id("x").endswith("_fp8") and "precision=fp8" in probe.workload_items("fused")
+    (result,) = B.run_block_probes([probe], 1, 2, device="cpu")
+    assert result.step_s > 0
+    assert sum(s for s, _ in B.simulated_block(probe, "h100_sxm5_80gb", "fused").values()) > 0

@@ -194,17 +194,20 @@ def _cmd_library(args: argparse.Namespace) -> int:
 
 def _cmd_block(args: argparse.Namespace) -> int:
     from gpusim.cuda_backend.block import BLOCK_PROBES, run_block_probes
+    from gpusim.cuda_backend.library import has_fp8_tensor_cores
 
     setup = _torch_setup(args, "block")
     if setup is None:
         return 2
-    _, stem, provenance, out_dir = setup
+    device, stem, provenance, out_dir = setup
+    fp8 = has_fp8_tensor_cores(device["compute_capability"])
+    probes = [p for p in BLOCK_PROBES if fp8 or p.precision != "fp8"]
 
     def progress(probe, result) -> None:
         print(f"{probe.case_id(stem):<60} forward {result.forward_s:.4g} s, step {result.step_s:.4g} s",
               file=sys.stderr)
 
-    written = execute_block(BLOCK_PROBES, args.hardware or stem, stem, provenance, out_dir, run_block_probes,
+    written = execute_block(probes, args.hardware or stem, stem, provenance, out_dir, run_block_probes,
                             args.warmups, args.repeats, progress)
     for path in written:
         print(path)

@@ -33,7 +33,8 @@ BLOCK_COLUMNS = ("case_id", "gpu", "phase", "kernel_class", "measured_s", "simul
 
 @dataclass(frozen=True)
 class BlockProbe:
-    """One Llama-style block: ``batch`` sequences of ``seq_len`` tokens, BF16."""
+    """One Llama-style block: ``batch`` sequences of ``seq_len`` tokens, BF16, or with ``precision``
+    ``fp8`` its four projections in FP8 (:func:`_fp8_linear`; attention and the rest stay BF16)."""
 
     hidden_size: int
     num_heads: int
@@ -41,6 +42,7 @@ class BlockProbe:
     ffn_hidden_size: int
     seq_len: int
     batch: int
+    precision: str = "bf16"
 
     @property
     def head_dim(self) -> int:
@@ -48,13 +50,13 @@ class BlockProbe:
 
     def case_id(self, gpu: str) -> str:
         return (f"{gpu}_torch_llama_block_h{self.hidden_size}_kv{self.num_kv_heads}_f{self.ffn_hidden_size}"
-                f"_s{self.seq_len}_b{self.batch}")
+                f"_s{self.seq_len}_b{self.batch}" + ("" if self.precision == "bf16" else f"_{self.precision}"))
 
     def workload_items(self, attention_kernel: str) -> list[str]:
         """Overrides of the built-in ``llama2_7b_train`` workload that describe this block."""
         return ["config.num_layers=1", f"config.hidden_size={self.hidden_size}", f"config.num_heads={self.num_heads}",
                 f"config.num_kv_heads={self.num_kv_heads}", f"config.ffn_hidden_size={self.ffn_hidden_size}",
-                f"config.seq_len={self.seq_len}", f"batch_size={self.batch}", "precision=bf16",
+                f"config.seq_len={self.seq_len}", f"batch_size={self.batch}", f"precision={self.precision}",
                 "activation_checkpointing=none", "fusion=attention_only",
                 f"config.attention_kernel={attention_kernel}"]
 
@@ -64,6 +66,8 @@ BLOCK_PROBES: tuple[BlockProbe, ...] = (
     BlockProbe(4096, 32, 8, 14336, 8192, 1),   # Llama 3 8B at its training length
     BlockProbe(4096, 32, 32, 11008, 4096, 2),  # Llama 2 7B, torchtitan's and llm-foundry's sizes
     BlockProbe(2048, 16, 16, 5632, 2048, 8),   # a 1B-class block, many tokens per GEMM row
+    BlockProbe(4096, 32, 8, 14336, 4096, 1, "fp8"),   # the FP8 runs gpusim simulates shortest
+    BlockProbe(2048, 16, 16, 5632, 2048, 8, "fp8"),   # smaller GEMMs, where FP8's casts weigh most
 )
 """The blocks the suite runs: the models of the training runs gpusim simulates short."""
 
@@ -194,10 +198,11 @@ def _block_module(torch, probe: BlockProbe, device: str):
         def __init__(self) -> None:
             super().__init__()
             self.norm1, self.norm2 = RMSNorm(), RMSNorm()
-            self.qkv = nn.Linear(h, (heads + 2 * kv) * hd, bias=False, device=device, dtype=dtype)
-            self.proj = nn.Linear(heads * hd, h, bias=False, device=device, dtype=dtype)
-            self.up = nn.Linear(h, 2 * ffn, bias=False, device=device, dtype=dtype)
-            self.down = nn.Linear(ffn, h, bias=False, device=device, dtype=dtype)
+            linear = nn.Linear if probe.precision == "bf16" else _fp8_linear(torch)
+            self.qkv = linear(h, (heads + 2 * kv) * hd, bias=False, device=device, dtype=dtype)
+            self.proj = linear(heads * hd, h, bias=False, device=device, dtype=dtype)
+            self.up = linear(h, 2 * ffn, bias=False, device=device, dtype=dtype)
+            self.down = linear(ffn, h, bias=False, device=device, dtype=dtype)
             positions = torch.arange(probe.seq_len, device=device, dtype=torch.float32)
             freqs = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd))
             angles = torch.outer(positions, freqs).repeat(1, 2)
@@ -221,6 +226,52 @@ def _block_module(torch, probe: BlockProbe, device: str):
     block = Block()
     x = torch.randn(probe.batch, probe.seq_len, h, device=device, dtype=dtype, requires_grad=True)
     return block, x
+
+
+E4M3_MAX = 448.0
+E5M2_MAX = 57344.0
+"""Largest finite values of the two FP8 formats (OCP FP8 specification): E4M3 carries activations and
+weights, E5M2 gradients, as Transformer Engine's hybrid format does."""
+
+
+def _fp8_linear(torch):
+    """An ``nn.Linear`` whose three GEMMs run in FP8 with per-tensor dynamic scaling (written for this
+    suite, in the manner of Transformer Engine's current scaling): the forward casts input and weight
+    to E4M3 (amax, scale, cast) and multiplies them with ``torch._scaled_mm`` into BF16; the backward
+    casts the output gradient to E5M2 and runs the input-gradient and weight-gradient GEMMs in FP8 on
+    transposed copies (cuBLASLt takes A row-major and B column-major only)."""
+    nn = torch.nn
+    e4m3, e5m2 = torch.float8_e4m3fn, torch.float8_e5m2
+
+    def cast(t, fmt, largest):
+        scale = largest / t.abs().amax().float().clamp(min=1e-12)
+        return (t.float() * scale).to(fmt), scale.reciprocal()
+
+    class FP8Matmul(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight):
+            x2 = x.reshape(-1, x.shape[-1])
+            x8, sx = cast(x2, e4m3, E4M3_MAX)
+            w8, sw = cast(weight, e4m3, E4M3_MAX)
+            ctx.save_for_backward(x8, sx, w8, sw)
+            ctx.shape = x.shape
+            out = torch._scaled_mm(x8, w8.t(), scale_a=sx, scale_b=sw, out_dtype=x.dtype)
+            return out.reshape(*x.shape[:-1], weight.shape[0])
+
+        @staticmethod
+        def backward(ctx, grad):
+            x8, sx, w8, sw = ctx.saved_tensors
+            g8, sg = cast(grad.reshape(-1, grad.shape[-1]), e5m2, E5M2_MAX)
+            dx = torch._scaled_mm(g8, w8.t().contiguous().t(), scale_a=sg, scale_b=sw, out_dtype=grad.dtype)
+            dw = torch._scaled_mm(g8.t().contiguous(), x8.t().contiguous().t(), scale_a=sg, scale_b=sx,
+                                  out_dtype=grad.dtype)
+            return dx.reshape(ctx.shape), dw
+
+    class FP8Linear(nn.Linear):
+        def forward(self, x):
+            return FP8Matmul.apply(x, self.weight)
+
+    return FP8Linear
 
 
 def run_block_probes(probes, num_warmups: int, num_repeats: int, device: str = "cuda",

@@ -173,11 +173,16 @@ def rotations_for(probe: LibraryProbe, l2_bytes: float, max_sets: int = 8) -> in
     return max(1, min(max_sets, math.ceil(2.0 * l2_bytes / per_set)))
 
 
-def supported_probes(probes, compute_capability: str) -> list[LibraryProbe]:
-    """The probes a GPU of ``compute_capability`` ("major.minor") can run: FP8 ones need FP8 tensor
-    cores (:data:`FP8_MIN_COMPUTE_CAPABILITY`)."""
+def has_fp8_tensor_cores(compute_capability: str) -> bool:
+    """Whether a GPU of ``compute_capability`` ("major.minor") has FP8 tensor cores
+    (:data:`FP8_MIN_COMPUTE_CAPABILITY`)."""
     major, minor = (int(part) for part in compute_capability.split(".")[:2])
-    fp8 = (major, minor) >= FP8_MIN_COMPUTE_CAPABILITY
+    return (major, minor) >= FP8_MIN_COMPUTE_CAPABILITY
+
+
+def supported_probes(probes, compute_capability: str) -> list[LibraryProbe]:
+    """The probes a GPU of ``compute_capability`` can run: FP8 ones need FP8 tensor cores."""
+    fp8 = has_fp8_tensor_cores(compute_capability)
     return [p for p in probes if fp8 or not p.dtype.startswith("fp8")]
 
 
