@@ -146,8 +146,9 @@ def test_gathering_keys_and_values_costs_blocking_collectives_the_ring_hides():
     # inside a node the ring hides its hops behind attention; the all-gather (and, in the backward, the
     # reduce-scatter of the key-value gradients) waits in full
     hw = load_hardware("dgx_h100")
-    runs = {comm: simulate_system(hw, _llama(["config.seq_len=32768", "parallelism.zero_stage=1", "parallelism.context=4",
-                                              f"parallelism.context_comm={comm}"])) for comm in ("p2p", "all_gather")}
+    base = ["config.seq_len=32768", "parallelism.zero_stage=1", "parallelism.context=4"]
+    runs = {comm: simulate_system(hw, _llama(base + [f"parallelism.context_comm={comm}"]))
+            for comm in ("p2p", "all_gather")}
     exposed = {c: r.time_breakdown_s["exposed_communication"] for c, r in runs.items()}
     assert exposed["all_gather"] > exposed["p2p"]
     assert runs["all_gather"].step_time_s > runs["p2p"].step_time_s

@@ -115,7 +115,8 @@ def gpusim_attention_kernel(kernels) -> str:
     return "fused"
 
 
-def simulated_block(probe: BlockProbe, hardware_name: str, attention_kernel: str) -> dict[tuple[str, str], tuple[float, int]]:
+def simulated_block(probe: BlockProbe, hardware_name: str, attention_kernel: str
+                    ) -> dict[tuple[str, str], tuple[float, int]]:
     """{(phase, class): (seconds, kernels)} of the block's forward and backward as gpusim simulates them on
     ``hardware_name`` (one GPU, eager launches)."""
     from gpusim.config import load_hardware
@@ -164,12 +165,13 @@ def block_rows(results: list[BlockResult], gpu: str, hardware_name: str, provena
                 names = [(n, s) for n, s, p in result.kernels if p == phase and kernel_class(n) == cls]
                 sim_s, sim_count = simulated.get((phase, cls), (0.0, 0))
                 slowest = sorted(names, key=lambda x: -x[1])[:3]
-                notes = "profiled kernels' device time; longest: " + "; ".join(
-                    f"{n[:80]} ({s * 1e6:.3g} us)" for n, s in slowest)
+                notes = (f"profiled kernels' device time; gpusim {sim_count} kernel launches; longest: "
+                         + "; ".join(f"{n[:80]} ({s * 1e6:.3g} us)" for n, s in slowest))
                 rows.append(row(phase, cls, sum(s for _, s in names), sim_s, len(names), notes))
         if result.isolated_gemm_s is not None:
-            rows.append(row("forward", "gemm_isolated", result.isolated_gemm_s, simulated.get(("forward", "gemm"),
-                            (0.0, 0))[0], 4, "the forward's four projections, each timed alone (median of repeats)"))
+            sim_gemm = simulated.get(("forward", "gemm"), (0.0, 0))[0]
+            rows.append(row("forward", "gemm_isolated", result.isolated_gemm_s, sim_gemm, 4,
+                            "the forward's four projections, each timed alone (median of repeats)"))
     return rows
 
 
