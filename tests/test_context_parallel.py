@@ -13,19 +13,20 @@ from gpusim.workload.models.transformer import context_attention
 from gpusim.workload.ops import Attention
 
 
-@pytest.mark.parametrize("comm", ["p2p", "a2a", "all_gather"])
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("context", [2, 4, 8])
-def test_every_gpu_of_the_group_does_one_share_of_the_attention(context, causal, comm):
+@pytest.mark.parametrize("context,comm,a2a", [(c, m, 1) for c in (2, 4, 8) for m in ("p2p", "a2a", "all_gather")]
+                         + [(4, "a2a+p2p", 2), (8, "a2a+p2p", 2), (8, "a2a+p2p", 4)])
+def test_every_gpu_of_the_group_does_one_share_of_the_attention(context, causal, comm, a2a):
     # p2p, causal: the local block has L(L+1)/2 visible pairs and each of the c - 1 others L x L/2, so
     # a GPU sees (c L^2 + L) / 2 = (s L + L) / 2 pairs, 1/c of the s(s+1)/2 of the whole sequence;
     # all_gather, causal: chunk 0 against itself (L/2)(L/2 + 1)/2 pairs and the last chunk against the
-    # whole sequence L/2 x s - (L/2)(L/2 - 1)/2, the same (s + 1) L / 2; a2a: s x s for 1/c of the heads
+    # whole sequence L/2 x s - (L/2)(L/2 - 1)/2, the same (s + 1) L / 2; a2a: s x s for 1/c of the heads;
+    # a2a+p2p (groups of a): the ring's 1/(c/a) of the work for 1/a of the heads
     s = 4096
     full = Attention(batch=2, heads=8, seq_len_q=s, seq_len_kv=s, head_dim=128, causal=causal)
     local = Attention(batch=2, heads=8, seq_len_q=s // context, seq_len_kv=s // context, head_dim=128, causal=causal)
     for variant in ("forward", "backward"):
-        ops = [op for _, op in context_attention(replace(local, variant=variant), context, comm)]
+        ops = [op for _, op in context_attention(replace(local, variant=variant), context, comm, a2a)]
         whole = replace(full, variant=variant)
         assert context * sum(a.executed_flop() for a in ops) == pytest.approx(whole.executed_flop(), rel=1e-12)
     if comm == "p2p":
@@ -152,3 +153,29 @@ def test_gathering_keys_and_values_costs_blocking_collectives_the_ring_hides():
     exposed = {c: r.time_breakdown_s["exposed_communication"] for c, r in runs.items()}
     assert exposed["all_gather"] > exposed["p2p"]
     assert runs["all_gather"].step_time_s > runs["p2p"].step_time_s
+
+
+def test_ulysses_inside_the_node_and_the_ring_between_nodes_beats_either_alone():
+    # 16 GPUs over two nodes: all-to-alls among each node's 8 GPUs stay on NVLink, and the ring of two
+    # groups has one hop per step, each carrying a share half the sequence long
+    hw = load_hardware("dgx_h100", [("num_nodes", 2)])
+
+    def run(comm, *extra):
+        return simulate_system(hw, _llama(["config.seq_len=32768", "parallelism.zero_stage=1", "parallelism.context=16",
+                                           f"parallelism.context_comm={comm}", *extra]))
+    hierarchical = run("a2a+p2p", "parallelism.context_a2a_size=8")
+    assert hierarchical.step_time_s < run("a2a").step_time_s < run("p2p").step_time_s
+    kinds = {k.node.split(".")[1] for k in hierarchical.kernels if k.op == "attention"}
+    assert kinds == {"attention", "attention_ring1"}  # the ring of two groups: own share, then the other's
+
+
+@pytest.mark.parametrize("items,fragment", [
+    (["parallelism.context=8", "parallelism.context_comm=a2a+p2p"], "all-to-all group size"),
+    (["parallelism.context=8", "parallelism.context_comm=a2a+p2p", "parallelism.context_a2a_size=3"], "divisor"),
+    (["parallelism.context=8", "parallelism.context_comm=a2a+p2p", "parallelism.context_a2a_size=8"], "divisor"),
+    (["parallelism.context=8", "parallelism.context_a2a_size=2"], "only context_comm: a2a+p2p"),
+])
+def test_impossible_hierarchical_layouts_are_one_line_errors(items, fragment):
+    with pytest.raises(ConfigError) as info:
+        _llama(items)
+    assert fragment in str(info.value) and "\n" not in str(info.value)

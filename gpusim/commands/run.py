@@ -120,7 +120,9 @@ def print_summary(result) -> None:
         flags = [name for key, name in (("sequence_parallel", "sequence parallel"),
                                         ("tp_comm_overlap", "tensor-parallel collectives overlapped"))
                  if par.get(key) and par.get("tensor", 1) > 1]
-        comm = "Ulysses all-to-all" if par.get("context_comm") == "a2a" else "ring attention"
+        comm = {"a2a": "Ulysses all-to-all", "all_gather": "gathered keys and values",
+                "a2a+p2p": f"all-to-all in groups of {par.get('context_a2a_size')}, ring between them"
+                }.get(par.get("context_comm"), "ring attention")
         context = f", context {par['context']} ({comm})" if par.get("context", 1) > 1 else ""
         print(f"  {result.num_gpus} GPUs: data {par.get('data')}{context}, tensor {par.get('tensor')}, pipeline "
               f"{par.get('pipeline')}, schedule {par.get('schedule')}, zero {par.get('zero_stage')}"

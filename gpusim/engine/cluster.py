@@ -534,8 +534,10 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         seq = r.seq_len // cp  # this GPU's share of each sequence
         tokens = spec.batch_size * seq
         comm = par.context_comm if cp > 1 else None
+        a2a = par.context_a2a  # GPUs of each context all-to-all group, ``t`` ranks apart
+        ring = cp // a2a if comm in ("p2p", "a2a+p2p") else 1  # groups around the ring, ``t * a2a`` ranks apart
         layers = T.build_layers(rt, pol, batch=spec.batch_size, seq_q=seq, seq_kv=seq, training=True, context=cp,
-                                context_comm=par.context_comm)
+                                context_comm=par.context_comm, context_a2a=a2a)
         if e > 1:
             layers = tuple(_expert_shard(layer, e, Matmul) for layer in layers)
         units = {"embedding": layers[0], "block": layers[1], "head": layers[-1]}
@@ -553,18 +555,19 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         ring_wait_f = ring_wait_b = ring_bytes_f = ring_bytes_b = 0.0
         kv_bytes = 2.0 * spec.batch_size * seq * rt.num_kv_heads * r.head_dim * act_bytes  # this GPU's share
         recomputes_attention = spec.activation_checkpointing != "none"
-        if comm == "p2p":
-            # keys and values of this GPU's share, passed to the next GPU of the context ring (members
-            # ``t`` ranks apart) while the attention step on the previous share runs; the backward
-            # passes keys, values and their gradients
-            in_node = _group_per_node(gpn, t, cp) >= cp
+        if ring > 1:
+            # keys and values of this GPU's share (after the all-to-alls, its group's share for 1/a2a of
+            # the key-value heads: as many bytes), passed to the next member of the ring while the
+            # attention step on the previous share runs; the backward passes keys, values and their
+            # gradients
+            in_node = _group_per_node(gpn, t * a2a, ring) >= ring
 
             def hop(nbytes: float) -> CollectivePlan:
                 return plan_collective("send_recv", nbytes, 2, fabric, gpus_per_node=2 if in_node else 1)
 
             ring_wait_f = _ring_wait_s(kernels, "forward", hop(kv_bytes).time_s)
             ring_wait_b = _ring_wait_s(kernels, "backward", hop(2 * kv_bytes).time_s)
-            ring_bytes_f = (cp - 1) * kv_bytes
+            ring_bytes_f = (ring - 1) * kv_bytes
             ring_bytes_b = 2 * ring_bytes_f
             if recomputes_attention:
                 ring_wait_b += _ring_wait_s(kernels, "recompute", hop(kv_bytes).time_s)
@@ -580,19 +583,19 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             return [group_plan("all_reduce", tp_ar, t, 1)] * count
 
         def cp_plans(phase: str, count: int) -> list[CollectivePlan]:
-            """The blocking collectives over the context group per layer: Ulysses' all-to-alls (queries,
-            keys and values in, the output out; their gradients the other way in the backward), or
-            the gathered keys and values (gathered again in the backward, their gradients reduce-
-            scattered back to their owners). The backward repeats the forward's where it recomputes
-            attention."""
-            if comm not in ("a2a", "all_gather") or count == 0:
-                return []
-            if comm == "a2a":
+            """The blocking collectives of context parallelism per layer: Ulysses' all-to-alls inside
+            each group (queries, keys and values in, the output out; their gradients the other way in
+            the backward), or the gathered keys and values (gathered again in the backward, their
+            gradients reduce-scattered back to their owners). The backward repeats the forward's where
+            it recomputes attention."""
+            forward: list[CollectivePlan] = []
+            backward: list[CollectivePlan] = []
+            if a2a > 1:
                 head_bytes = tokens * r.head_dim * act_bytes
-                forward = [group_plan("all_to_all", head_bytes * (rt.num_heads + 2 * rt.num_kv_heads), cp, t),
-                           group_plan("all_to_all", head_bytes * rt.num_heads, cp, t)]
+                forward = [group_plan("all_to_all", head_bytes * (rt.num_heads + 2 * rt.num_kv_heads), a2a, t),
+                           group_plan("all_to_all", head_bytes * rt.num_heads, a2a, t)]
                 backward = forward
-            else:
+            elif comm == "all_gather":
                 forward = [group_plan("all_gather", kv_bytes * cp, cp, t)]
                 backward = forward + [group_plan("reduce_scatter", kv_bytes * cp, cp, t)]
             if phase == "forward":

@@ -269,11 +269,12 @@ def _check_parallelism(spec: ModelWorkloadSpec, r: T.Resolved | None, num_layers
         if r.seq_len % chunks:
             raise ModelError("parallelism.context", f"seq_len {r.seq_len} is not divisible into {chunks} chunks "
                              f"(context {c}{' x 2, for causal load balancing' if r.causal else ''})")
-        if par.context_comm == "a2a":
+        a = par.context_a2a
+        if a > 1:
             heads, kv = r.num_heads // par.tensor, max(1, r.num_kv_heads // par.tensor)
-            if heads % c or kv % c:
-                raise ModelError("parallelism.context_comm", f"a2a (Ulysses) splits heads over context {c}, but each "
-                                 f"tensor-parallel rank holds {heads} query and {kv} key-value heads")
+            if heads % a or kv % a:
+                raise ModelError("parallelism.context_comm", f"{par.context_comm} (Ulysses) splits heads over {a} "
+                                 f"GPUs, but each tensor-parallel rank holds {heads} query and {kv} key-value heads")
         if spec.fusion in ("none", "megatron") or r.attention_kernel == "unfused":
             raise ModelError("parallelism.context", "context parallelism needs a fused attention kernel; fusion "
                              f"{spec.fusion!r} with attention_kernel {r.attention_kernel!r} runs it unfused")

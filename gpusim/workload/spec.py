@@ -330,7 +330,7 @@ class ParallelismSpec(Spec):
     sequence into 2 x context chunks, each GPU taking one from each end, so every GPU does the same
     attention work. Training with fused attention only. The gradient reduction (and ZeRO sharding)
     spans data x context GPUs."""
-    context_comm: Literal["p2p", "a2a", "all_gather"] = "p2p"
+    context_comm: Literal["p2p", "a2a", "all_gather", "a2a+p2p"] = "p2p"
     """How context-parallel attention communicates (Megatron-LM ``--cp-comm-type``): ``p2p``, the ring
     above; ``a2a``, DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv 2309.14509): an all-to-all before
     attention turns each GPU's share of the sequence for all heads into the whole sequence for
@@ -339,7 +339,13 @@ class ParallelismSpec(Spec):
     key-value heads per tensor-parallel rank divisible by context. ``all_gather`` (the Llama 3
     paper's context parallelism, Transformer Engine's ``AttnFuncWithCPAndKVAllGather``): keys and
     values are all-gathered, each GPU's queries attend to them, and the backward gathers them again
-    and reduce-scatters their gradients. The a2a and all_gather collectives are not overlapped."""
+    and reduce-scatters their gradients. ``a2a+p2p`` (Megatron-LM's hierarchical context
+    parallelism): Ulysses inside groups of ``context_a2a_size`` neighbouring GPUs, then the ring
+    between the groups on each group's share of the sequence. The a2a and all_gather collectives are
+    not overlapped."""
+    context_a2a_size: Optional[count(le=10**5)] = None
+    """With ``context_comm: a2a+p2p``: the GPUs of each all-to-all group (the first of Megatron-LM's
+    ``--hierarchical-context-parallel-sizes``); it divides context and lies strictly between 1 and it."""
     expert: count(le=10**5) = 1
     """Expert parallelism for mixture-of-experts models: experts split over this many data-parallel GPUs."""
     overlap_communication: bool = True
@@ -370,6 +376,13 @@ class ParallelismSpec(Spec):
         if self.tp_comm_overlap and self.context > 1 and self.context_comm != "p2p":
             raise field_error("tp_comm_overlap", "overlapping tensor-parallel collectives is not modelled beside "
                               f"context parallelism's blocking collectives (context_comm: {self.context_comm})")
+        if self.context_comm == "a2a+p2p" and self.context > 1:
+            a = self.context_a2a_size
+            if a is None or self.context % a or not 1 < a < self.context:
+                raise field_error("context_a2a_size", f"a2a+p2p needs the all-to-all group size, a divisor of context "
+                                  f"{self.context} strictly between 1 and it (got {a})")
+        elif self.context_a2a_size is not None:
+            raise field_error("context_a2a_size", "only context_comm: a2a+p2p takes an all-to-all group size")
         if self.context > 1 and self.expert > 1:
             raise field_error("context", "context parallelism is modelled for dense layers only, not with expert "
                               "parallelism")
@@ -381,6 +394,13 @@ class ParallelismSpec(Spec):
     @property
     def num_gpus(self) -> int:
         return self.data * self.context * self.tensor * self.pipeline
+
+    @property
+    def context_a2a(self) -> int:
+        """GPUs of each context-parallel all-to-all group (1: none)."""
+        if self.context <= 1:
+            return 1
+        return {"a2a": self.context, "a2a+p2p": self.context_a2a_size or 1}.get(self.context_comm, 1)
 
 
 MODEL_NAMES = ("gpt", "bert", "llama", "moe", "resnet", "mlp", "cnn")

@@ -192,13 +192,13 @@ class _Ops:
 
 def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv: int, training: bool,
               kv_append: bool, kv_cache_dtype: str | None = None, reads_kv_cache: bool = False,
-              context: int = 1, context_comm: str = "p2p") -> tuple[FwdOp, ...]:
+              context: int = 1, context_comm: str = "p2p", context_a2a: int = 1) -> tuple[FwdOp, ...]:
     """The forward ops of one transformer block for ``batch`` sequences of ``seq_q`` new tokens
     attending to ``seq_kv`` keys. New keys and values are appended to the KV cache in
     ``kv_cache_dtype`` (default: the activations'); a decode step (``reads_kv_cache``) reads them
     from it, a prompt from the projection it just ran. ``context`` > 1: this GPU's ``seq_q`` tokens
     are one share of a sequence split over ``context`` GPUs, whose attention runs as
-    :func:`context_attention` says for ``context_comm``."""
+    :func:`context_attention` says for ``context_comm`` (and the all-to-all group ``context_a2a``)."""
     kv_dtype = kv_cache_dtype or p.activation_dtype
     h, H, KV, hd = r.hidden_size, r.num_heads, r.num_kv_heads, r.head_dim
     T = batch * seq_q
@@ -219,7 +219,7 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
     # this GPU keeps its own share's Q, K, V and statistics, whatever kernels run on them; keys and
     # values received from other GPUs are not kept (the backward fetches them again)
     local = FwdOp("attention", att)
-    for k, (name, step) in enumerate(context_attention(att, context, context_comm)):
+    for k, (name, step) in enumerate(context_attention(att, context, context_comm, context_a2a)):
         o.add(name, step, recompute_group="core_attention", attention_dropout=r.dropout > 0,
               saved_bytes=saved_bytes(local) if k == 0 else 0.0,
               kept_bytes=attention_kept_bytes(att) if k == 0 else 0.0)
@@ -254,22 +254,27 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
     return tuple(o.ops)
 
 
-def context_attention(att: Attention, context: int, comm: str) -> list[tuple[str, Attention]]:
+def context_attention(att: Attention, context: int, comm: str, a2a: int = 1) -> list[tuple[str, Attention]]:
     """(name, op) of the attention kernels one GPU runs for its share ``att`` of a sequence split over
-    ``context`` GPUs (``att`` itself when not split):
+    ``context`` GPUs (``att`` itself when not split). All-to-alls inside groups of ``a2a`` GPUs (Ulysses:
+    ``a2a`` equals context; ``a2a+p2p``: a divisor of it) first turn each GPU's share for all heads into
+    the group's share for 1/a2a of the heads; then, between the groups:
 
-    * ``p2p``: the ring's steps (:func:`ring_attention_steps`);
-    * ``a2a`` (Ulysses): one attention over the whole sequence for 1/context of the heads;
+    * ``p2p`` and ``a2a+p2p``: the ring's steps (:func:`ring_attention_steps`);
+    * ``a2a``: nothing, one attention over the whole sequence;
     * ``all_gather``: every GPU's keys and values gathered, this GPU's two chunks (chunk i and chunk
       2 x context - 1 - i of a causal sequence) each attend to the keys up to it. The representative
       GPU is the first (i = 0): a chunk against itself and the last chunk against the whole sequence,
       the same visible (query, key) pairs as every other GPU's two chunks. Without a mask, all of this
       GPU's queries against the whole sequence."""
+    if comm == "a2a":
+        a2a = context
+    if a2a > 1:
+        att = replace(att, heads=att.heads // a2a, kv_heads=att.num_kv_heads // a2a, seq_len_q=att.seq_len_q * a2a,
+                      seq_len_kv=att.seq_len_kv * a2a)
+        context //= a2a
     if context <= 1:
         return [("attention", att)]
-    if comm == "a2a":
-        return [("attention", replace(att, heads=att.heads // context, kv_heads=att.num_kv_heads // context,
-                                      seq_len_q=att.seq_len_q * context, seq_len_kv=att.seq_len_kv * context))]
     if comm == "all_gather":
         whole = att.seq_len_kv * context
         if not att.causal:
@@ -354,14 +359,14 @@ def head_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, trainin
 def build_layers(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv: int, training: bool,
                  logits_tokens: int | None = None, kv_append: bool = False, host_input: bool = True,
                  prefix: str = "", kv_cache_dtype: str | None = None, reads_kv_cache: bool = False,
-                 context: int = 1, context_comm: str = "p2p") -> tuple[Layer, ...]:
+                 context: int = 1, context_comm: str = "p2p", context_a2a: int = 1) -> tuple[Layer, ...]:
     """Embedding, ``num_layers`` identical blocks (one shared op tuple) and the head (``context``: see
     :func:`block_ops`)."""
     act_bytes = dtype_bytes(p.activation_dtype)
     T = batch * seq_q
     block = block_ops(r, p, batch=batch, seq_q=seq_q, seq_kv=seq_kv, training=training, kv_append=kv_append,
                       kv_cache_dtype=kv_cache_dtype, reads_kv_cache=reads_kv_cache, context=context,
-                      context_comm=context_comm)
+                      context_comm=context_comm, context_a2a=context_a2a)
     layers = [Layer(f"{prefix}embedding", None, embedding_ops(r, p, batch=batch, seq_q=seq_q, training=training,
                                                                host_input=host_input), T * INDEX_BYTES)]
     layer_input = T * r.hidden_size * act_bytes
