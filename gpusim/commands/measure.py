@@ -25,9 +25,8 @@ from typing import Any, Callable, Iterable
 from gpusim.errors import ConfigError, GpusimError
 
 SUITE_NAMES = ("micro", "kernels", "library", "block")
-OWN_KERNEL_SUITES = ("micro", "kernels")
-"""Suites that run gpusim's own Numba kernels (``library`` and ``block`` run PyTorch's)."""
 TORCH_SUITES = ("library", "block")
+"""Suites that run PyTorch (the others run gpusim's own Numba kernels); each runs on its own."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
