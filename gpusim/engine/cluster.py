@@ -610,6 +610,9 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         recompute_ar = 2 if spec.activation_checkpointing == "full" else 0
         P = p * v
         per_chunk = r.num_layers // P
+        # every chunk holds per_chunk layers: the same ring traffic for each
+        ring_plan_f = hop(ring_bytes_f * per_chunk) if ring_bytes_f else None
+        ring_plan_b = hop(ring_bytes_b * per_chunk) if ring_bytes_b else None
         stages = []
         for s in range(p):
             chunks = []
@@ -633,8 +636,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 chunks.append(ChunkModel(fw, bw, per_chunk + (vs == 0) + (vs == P - 1), lcf, lcb,
                                          grad_bytes=params * grad_b, param_bytes=params * weight_b,
                                          send_bytes=tp_ar / (t if par.sequence_parallel else 1),
-                                         context_ring_forward=hop(ring_bytes_f * per_chunk) if ring_bytes_f else None,
-                                         context_ring_backward=hop(ring_bytes_b * per_chunk) if ring_bytes_b else None,
+                                         context_ring_forward=ring_plan_f, context_ring_backward=ring_plan_b,
                                          context_wait_forward_s=ring_wait_f * per_chunk,
                                          context_wait_backward_s=ring_wait_b * per_chunk))
             if par.zero_stage >= 1:
