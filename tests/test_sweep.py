@@ -190,8 +190,11 @@ def test_local_and_external_clusters_give_identical_results(tmp_path, external_c
     assert len(errors) == 4 and all("ops" in r["error"] for r in errors)
     assert all(r["ops.0.m"] == "1.5" for r in errors)
     # plots of the sweep
-    out = capsys.readouterr().out
-    assert "12 points: 12 computed" in out
+    captured = capsys.readouterr()
+    assert "12 points: 12 computed" in captured.out
+    # each run's summary names one of its failed points and why
+    first = [line for line in captured.err.splitlines() if line.startswith("first error: ")]
+    assert len(first) == 2 and all("ops.0.m: input should be a valid integer" in line for line in first)
     png, svg = tmp_path / "bw.png", tmp_path / "pareto.svg"
     assert main(["plot", "sweep", str(local_csv), "--x", "gpu.dram.bandwidth_bytes_per_s", "--y",
                  "total_time_s", "--hue", "gpu.num_sms", "--out", str(png)]) == 0
@@ -274,6 +277,12 @@ def test_resume_computes_only_missing_points(tmp_path):
 def test_sweep_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["sweep", HW, GEMM, "--out", str(tmp_path / "x.csv")]) == 2
     assert "--grid" in capsys.readouterr().err
+    # a misspelled name or a missing file is refused before any point runs, and nothing is written
+    assert main(["sweep", "h100_sxm5", GEMM, "--grid", "gpu.num_sms=1,2", "--out", str(tmp_path / "x.csv")]) == 2
+    assert "did you mean h100_sxm5_80gb" in capsys.readouterr().err
+    assert main(["sweep", HW, "gemm.yaml", "--grid", "gpu.num_sms=1,2", "--out", str(tmp_path / "x.csv")]) == 2
+    assert capsys.readouterr().err.strip() == "gpusim: gemm.yaml: file not found"
+    assert not (tmp_path / "x.csv").exists()
     assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=1,2", "--range", "x=1..2",
                  "--out", str(tmp_path / "x.csv")]) == 2
     assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=1,2", "--set", "gpu.num_sms=3",

@@ -50,6 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from gpusim.commands.run import energy_options
+    from gpusim.config.library import resolve
     from gpusim.config.loader import parse_set_items
     from gpusim.sweep import ResultsJournal, columns_for, grid_points, parse_grid, parse_ranges, random_points, \
         run_sweep, write_parquet
@@ -58,9 +59,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         import distributed  # noqa: F401
     except ImportError:
         raise ConfigError("gpusim sweep", "", "needs Dask: pip install 'dask[distributed]'") from None
-    # a description given as a file path travels to the workers as an absolute path
-    for attr in ("hardware", "workload"):
+    # a misspelled name or a missing file is one line now, not an error on every point; a description
+    # given as a file path travels to the workers as an absolute path
+    for attr, kind in (("hardware", "hwconfigs"), ("workload", "workloads")):
         value = getattr(args, attr)
+        resolve(value, kind)
         if (value.endswith((".yaml", ".yml")) or "/" in value) and Path(value).is_file():
             setattr(args, attr, str(Path(value).resolve()))
     fixed = [(k, str(v)) for k, v in parse_set_items(args.overrides)]
@@ -110,6 +113,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     rate = summary.num_computed / summary.wall_s if summary.wall_s > 0 else 0.0
     print(f"{summary.num_points} points: {summary.num_computed} computed ({rate:.1f}/s), "
           f"{summary.num_skipped} already done, {summary.num_errors} with errors; results in {out}")
+    if summary.first_error:
+        print(f"first error: {summary.first_error}", file=sys.stderr)
     if summary.num_failed:
         print(f"{summary.num_failed} point(s) could not finish (workers kept dying); run again with --resume",
               file=sys.stderr)
