@@ -301,3 +301,23 @@ def test_plot_group_holds_sweep_and_run_figures():
     plot = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "plot")[1]
     names = set(plot._subparsers._group_actions[0].choices)
     assert {"sweep", "pareto", "roofline", "timeline", "breakdown"} <= names
+
+
+def _subcommands(parser):
+    """(name, parser) of every command and nested subcommand under ``parser``."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield name, child
+                yield from _subcommands(child)
+
+
+def test_every_command_help_has_an_example():
+    from gpusim.cli import build_parser
+
+    commands = list(_subcommands(build_parser()))
+    assert len(commands) >= 15  # the 12 commands and the plot, hw and workload subcommands
+    missing = [name for name, p in commands if "Example" not in p.format_help()]
+    assert missing == []

@@ -22,7 +22,9 @@ PARETO_OBJECTIVES = {"time": "total_time_s", "energy": "energy_j", "cost": "cost
 
 def register(sub: argparse._SubParsersAction) -> None:
     plot = sub.add_parser("plot", help="figures: roofline, timeline, breakdown, sweeps, Pareto fronts",
-                          description="Figures of one simulated run or of a sweep results file.")
+                          description="Figures of one simulated run or of a sweep results file.",
+                          epilog="Example: gpusim plot roofline h100_sxm5_80gb bert_large_train -o roofline.png "
+                                 "(each PLOT_COMMAND's --help has its own)")
     plot_sub = plot.add_subparsers(dest="plot_command", metavar="PLOT_COMMAND")
     plot_sub.required = True
     _register_sweep(plot_sub)
