@@ -279,3 +279,12 @@ def test_hw_show_json_of_an_overlay_file(capsys, tmp_path):
     assert info["name"] == "h100_no_nvlink"
     assert "peer_bandwidth_bytes_per_s" not in info
     assert info["spec"]["gpu"]["peer_links"] is None
+
+
+def test_hw_list_takes_the_kind_through_extends(capsys):
+    # dgx_a100_320gb writes no kind of its own: it extends dgx_a100, a system
+    assert main(["hw", "list"]) == 0
+    rows = {line.split()[0]: line.split()[1] for line in capsys.readouterr().out.splitlines()}
+    assert rows["dgx_a100_320gb"] == rows["dgx_a100"] == "system"
+    assert rows["h100_sxm5_80gb"] == "gpu" and rows["xeon_8480"] == "cpu"
+    assert "?" not in rows.values()

@@ -7,8 +7,7 @@ import json
 from typing import Any
 
 from gpusim.config import list_hardware, load_hardware, summary
-from gpusim.config.library import display_path
-from gpusim.config.loader import read_yaml
+from gpusim.config.library import display_path, read_description
 from gpusim.units import format_quantity
 
 
@@ -45,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_list(args: argparse.Namespace) -> int:
     rows = []
     for name, path in list_hardware():
-        data = read_yaml(path)
+        data = read_description(path)  # with its extends: chain, which may give the kind
         rows.append((name, str(data.get("kind", "?")), display_path(path, "hwconfigs"), str(data.get("description", ""))))
     width = max(len(r[0]) for r in rows)
     for name, kind, path, description in rows:

@@ -93,6 +93,11 @@ def _load_raw(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     return merged
 
 
+def read_description(path: Path) -> dict[str, Any]:
+    """A description file's raw mapping with its ``extends:`` chain folded in, not validated."""
+    return _load_raw(path)
+
+
 def _removed_paths(overlay: dict[str, Any], prefix: str = "") -> list[str]:
     """Key paths an overlay removes with ``null``."""
     out: list[str] = []
