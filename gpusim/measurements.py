@@ -20,12 +20,14 @@ The column meanings are documented in ``measurements/published/README.md``.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from gpusim.config.library import builtin_dir
+from gpusim.config.loader import read_text_file
 from gpusim.errors import ConfigError
 
 EXCLUDE_PREFIX = "EXCLUDE:"
@@ -329,10 +331,7 @@ def _read_cases(path: Path, case_type: type[_Case], check: Callable[[_Case, Call
     display = _display(path)
     names = columns(case_type)
     parsers = {f.name: (_notes if f.name == "notes" else _PARSERS[str(f.type)]) for f in fields(case_type) if f.name != "excluded"}
-    try:
-        handle = path.open(newline="", encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(display, "", f"cannot read: {exc.strerror or exc}") from None
+    handle = io.StringIO(read_text_file(path, display), newline="")
     cases: list[_Case] = []
     seen: dict[str, int] = {}
     with handle:
@@ -343,7 +342,12 @@ def _read_cases(path: Path, case_type: type[_Case], check: Callable[[_Case, Call
         header = [h.strip() for h in header]
         missing = [c for c in names if c not in header and c not in OPTIONAL_COLUMNS]
         if missing:
-            raise ConfigError(display, "header", f"missing column {missing[0]!r}")
+            other = next((kind for kind, t in (("kernels", KernelCase), ("communication", CommunicationCase),
+                                                ("training", TrainingCase))
+                          if t is not case_type and set(header) >= {c for c in columns(t) if c not in OPTIONAL_COLUMNS}),
+                         None)
+            hint = f" (its header is a {other} file's)" if other else ""
+            raise ConfigError(display, "header", f"missing column {missing[0]!r}{hint}")
         absent = dict.fromkeys(c for c in names if c not in header)  # optional columns the file lacks
         unknown = [c for c in header if c not in names]
         if unknown:
@@ -442,7 +446,23 @@ def _check_communication(case: CommunicationCase, error: Callable[[str, str], Co
             raise error("num_bytes", "required for collectives")
 
 
+TRAINING_PRECISIONS = ("fp32", "fp16", "bf16", "fp8", "amp_bf16", "amp_fp8", "int8", "int4")
+"""What a training or inference row ran in: plain formats, ``amp_*`` for PyTorch autocast over FP32
+weights (llm-foundry's ``amp_bf16``), ``int8``/``int4`` for weight-only quantized inference."""
+
+
 def _check_training(case: TrainingCase, error: Callable[[str, str], ConfigError]) -> None:
+    from gpusim.config.library import builtin_files
+
+    known = builtin_files("hwconfigs")
+    if case.gpu not in known:
+        raise error("gpu", f"no built-in hardware description {case.gpu!r} (see `gpusim hw list`)")
+    if case.system and case.system not in known:
+        raise error("system", f"no built-in system description {case.system!r} (see `gpusim hw list`)")
+    if case.precision and case.precision not in TRAINING_PRECISIONS:
+        raise error("precision", f"must be one of {list(TRAINING_PRECISIONS)} or empty, got {case.precision!r}")
+    if case.num_gpus is not None and case.num_gpus < 1:
+        raise error("num_gpus", f"must be 1 or more (empty = not stated), got {case.num_gpus}")
     if case.activation_checkpointing not in (None, *CHECKPOINTING):
         raise error("activation_checkpointing", f"must be one of {list(CHECKPOINTING)} or empty, "
                                                 f"got {case.activation_checkpointing!r}")

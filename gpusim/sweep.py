@@ -22,6 +22,7 @@ progress bar and the files.
 from __future__ import annotations
 
 import csv
+import io
 import hashlib
 import itertools
 import logging
@@ -359,8 +360,16 @@ def read_results(path: Path | str) -> list[dict[str, str]]:
                                              "or read the CSV journal next to it") from None
         table = pq.read_table(path).to_pylist()
         return [{k: _cell(v) for k, v in r.items()} for r in table]
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    from gpusim.config.loader import read_text_file
+
+    reader = csv.DictReader(io.StringIO(read_text_file(path), newline=""))
+    if "point_key" not in (reader.fieldnames or ()):
+        raise ConfigError(str(path), "", "not a sweep results file (no point_key column; `gpusim sweep --out` writes one)")
+    rows = list(reader)
+    for number, row in enumerate(rows, start=2):
+        if None in row:  # DictReader keeps the cells past the header under None
+            raise ConfigError(str(path), f"line {number}", "has more cells than the header")
+    return rows
 
 
 def write_parquet(csv_path: Path | str, parquet_path: Path | str) -> None:

@@ -26,12 +26,13 @@ SET_SOURCE = "--set"
 # ------------------------------------------------------------------------------------ reading
 
 
-def read_yaml(path: Path | str) -> dict[str, Any]:
-    """Load one YAML file as a mapping with ``yaml.safe_load``; every failure is a ConfigError."""
+def read_text_file(path: Path | str, source: str | None = None) -> str:
+    """A UTF-8 text file's contents (a leading byte-order mark dropped); every failure is a ConfigError
+    naming ``source`` (default: the path)."""
     path = Path(path)
-    source = str(path)
+    source = source or str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise ConfigError(source, "", "file not found") from None
     except IsADirectoryError:
@@ -40,14 +41,42 @@ def read_yaml(path: Path | str) -> dict[str, Any]:
         raise ConfigError(source, "", "not a UTF-8 text file") from None
     except OSError as exc:
         raise ConfigError(source, "", f"cannot read: {exc.strerror}") from None
-    return parse_yaml(text, source)
+
+
+def read_yaml(path: Path | str) -> dict[str, Any]:
+    """Load one YAML file as a mapping with ``yaml.safe_load``; every failure is a ConfigError."""
+    return parse_yaml(read_text_file(path), str(path))
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, line: int) -> None:
+        super().__init__(key, line)
+        self.key, self.line = key, line
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key written twice in one mapping (plain YAML keeps the last
+    silently, so a pasted second ``m:`` would win unnoticed)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # an unhashable key is refused later, with the other bad keys
+            if key in seen:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
     if not text.strip():
         raise ConfigError(source, "", "file is empty")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as exc:
+        raise ConfigError(source, str(exc.key), f"line {exc.line}: key written twice in one mapping") from None
     except yaml.constructor.ConstructorError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else "?"
         quoted = re.search(r"'([^']*)'", exc.problem or "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
@@ -52,7 +53,18 @@ def _bounds(gt: float | None, ge: float | None, le: float | None) -> dict[str, f
     return kwargs
 
 
+_YAML_STRING_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+"""A number in exponent form without a dot (``1e6``), which YAML 1.1 reads as text."""
+
+
+def _from_exponent_text(value: Any) -> Any:
+    if isinstance(value, str) and _YAML_STRING_NUMBER.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
 def _strict_int(value: Any) -> Any:
+    value = _from_exponent_text(value)
     if isinstance(value, bool):
         raise ValueError("expected a whole number, got a boolean")
     if isinstance(value, float) and value.is_integer():
@@ -68,6 +80,7 @@ def count(*, ge: int = 1, le: int = 10**9) -> Any:
 
 
 def _strict_float(value: Any) -> Any:
+    value = _from_exponent_text(value)
     if isinstance(value, bool):
         raise ValueError("expected a number, got a boolean")
     if isinstance(value, str):
@@ -82,7 +95,7 @@ def number(*, gt: float | None = 0.0, ge: float | None = None, le: float | None 
 
 # Bounds generous enough for any plausible future device, tight enough to catch unit slips.
 Bytes = quantity("bytes", le=1e18)
-BytesPerS = quantity("bytes_per_s", le=1e17)
+BytesPerS = quantity("bytes_per_s", ge=1e3, le=1e17)  # a bare 3.35 (3.35 B/s, the unit forgotten) is refused
 Hz = quantity("hz", ge=1e6, le=1e11)
 Seconds = quantity("s", le=1.0)
 SecondsOrZero = quantity("s", gt=None, ge=0.0, le=1.0)

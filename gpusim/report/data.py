@@ -7,10 +7,12 @@ back can be drawn as a roofline, a breakdown and a kernel-level timeline (withou
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from gpusim.errors import ConfigError
+from gpusim.config.loader import read_text_file
 from gpusim.results.result import KernelRecord, SimulationResult
 
 _KERNEL_FIELDS = ("name", "op", "node", "phase", "layer", "start_s", "time_s", "repeat", "flop", "dram_bytes",
@@ -22,6 +24,27 @@ _RESULT_FIELDS = ("hardware", "workload", "total_time_s", "peak_memory_bytes", "
                   "parallelism", "link_utilization", "algbw_bytes_per_s", "busbw_bytes_per_s",
                   "collective_algorithm", "energy_j", "avg_power_w", "peak_power_w", "flop_per_j",
                   "energy_breakdown_j", "tdp_w", "clock_fraction_min", "price_usd_per_s", "cost_usd")
+
+
+_KERNEL_NUMBERS = ("start_s", "time_s", "flop", "dram_bytes", "l2_hit_fraction", "launch_gap_s", "executed_flop",
+                   "energy_j", "avg_power_w")
+_KERNEL_REQUIRED_NUMBERS = ("start_s", "time_s")
+_RESULT_NUMBERS = ("total_time_s", "peak_memory_bytes", "memory_capacity_bytes", "step_time_s", "samples_per_s",
+                   "tokens_per_s", "mfu_fraction", "energy_j", "avg_power_w", "peak_power_w", "flop_per_j", "tdp_w",
+                   "clock_fraction_min", "price_usd_per_s", "cost_usd")
+
+
+def _check_numbers(data: dict[str, Any], keys: tuple[str, ...], required: tuple[str, ...], source: str,
+                   prefix: str) -> None:
+    """Each of ``keys`` present in ``data`` is a finite number (or null where not ``required``)."""
+    for key in keys:
+        if key not in data:
+            continue
+        value = data[key]
+        if value is None and key not in required:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(source, f"{prefix}{key}", f"expected a finite number, got {value!r}")
 
 
 def kernel_from_dict(data: dict[str, Any]) -> KernelRecord:
@@ -38,6 +61,13 @@ def result_from_dict(data: dict[str, Any], source: str = "result") -> Simulation
     """The inverse of ``SimulationResult.to_dict`` (spans excepted)."""
     if not isinstance(data, dict) or "kernels" not in data or "total_time_s" not in data:
         raise ConfigError(source, "kernels", "not a gpusim result (expected the JSON of `gpusim run --json`)")
+    _check_numbers(data, _RESULT_NUMBERS, ("total_time_s",), source, "")
+    if not isinstance(data["kernels"], list):
+        raise ConfigError(source, "kernels", "expected a list of kernels")
+    for i, kernel in enumerate(data["kernels"]):
+        if not isinstance(kernel, dict):
+            raise ConfigError(source, f"kernels.{i}", "expected a mapping")
+        _check_numbers(kernel, _KERNEL_NUMBERS, _KERNEL_REQUIRED_NUMBERS, source, f"kernels.{i}.")
     fields = {k: data[k] for k in _RESULT_FIELDS if k in data}
     fields["warnings"] = tuple(data.get("warnings", ()))
     try:
@@ -54,10 +84,9 @@ def result_from_dict(data: dict[str, Any], source: str = "result") -> Simulation
 
 def read_result(path: str | Path) -> SimulationResult:
     p = Path(path)
+    text = read_text_file(p)
     try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(str(p), "", "no such file") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(str(p), "", f"not valid JSON: {exc}") from None
     return result_from_dict(data, str(p))
