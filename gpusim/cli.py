@@ -30,8 +30,16 @@ COMMAND_MODULES = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line (the usage block stays in --help); subcommand
+    parsers inherit the class."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gpusim",
         description="Simulate GPUs (and CPUs) running deep-learning workloads, from YAML descriptions.",
         epilog="Example: gpusim hw show h100_sxm5_80gb",

@@ -284,6 +284,9 @@ def apply_power_cap(result, hardware, tdp_w: float | None = None):
     ``result`` itself."""
     power = _device(hardware).power
     cap = power.tdp_w if tdp_w is None else float(tdp_w)
+    if cap <= power.idle_w:
+        raise SimulationError(f"a power cap of {cap:g} W is not above {hardware.name}'s idle power "
+                              f"({power.idle_w:g} W): no clock can keep under it")
     machine = machine_of(hardware)
     records = result.kernels
     capped_energies = []

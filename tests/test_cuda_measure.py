@@ -242,3 +242,27 @@ def test_accuracy_simulates_own_kernels_with_their_exact_plans(h100, tmp_path):
             assert by_id[case.case_id].simulated == pytest.approx(recorded, rel=1e-4)
             checked += 1
     assert checked >= 5
+
+
+def test_measuring_one_op_keeps_the_other_rows_and_an_unknown_op_is_refused(h100, tmp_path):
+    from gpusim.commands.measure import execute
+    from gpusim.errors import ConfigError
+    from gpusim.measurements import load_kernel_cases
+
+    provenance = {**M.base_provenance("h100_sxm5_80gb", "2025-01-01T00:00:00+00:00"), "gpu_name": "NVIDIA H100"}
+    execute(["kernels"], h100, "h100_sxm5_80gb", provenance, tmp_path, FakeLauncherFactory(), fake_timer,
+            num_warmups=1, num_repeats=3)
+    before = {c.case_id: c for c in load_kernel_cases(tmp_path / "kernels.csv")}
+    softmax = {k for k, c in before.items() if c.op == "softmax"}
+    assert softmax and len(softmax) < len(before)
+    factory = FakeLauncherFactory()
+    execute(["kernels"], h100, "h100_sxm5_80gb", provenance, tmp_path, factory, fake_timer,
+            num_warmups=1, num_repeats=3, ops=["softmax"])
+    assert set(factory.calls) == softmax  # only the softmax cases ran again
+    after = {c.case_id: c for c in load_kernel_cases(tmp_path / "kernels.csv")}
+    assert set(after) == set(before)  # every other op's rows are still there, once
+    timings = (tmp_path / "kernels_timings.csv").read_text().splitlines()
+    assert len(timings) == len(set(timings)) and sum(1 for line in timings if ",softmax," in line) == len(softmax)
+    with pytest.raises(ConfigError, match="--op: matmull: no such op"):
+        execute(["kernels"], h100, "h100_sxm5_80gb", provenance, tmp_path, FakeLauncherFactory(), fake_timer,
+                num_warmups=1, num_repeats=3, ops=["matmull"])

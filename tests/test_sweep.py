@@ -283,6 +283,17 @@ def test_sweep_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["sweep", HW, "gemm.yaml", "--grid", "gpu.num_sms=1,2", "--out", str(tmp_path / "x.csv")]) == 2
     assert capsys.readouterr().err.strip() == "gpusim: gemm.yaml: file not found"
     assert not (tmp_path / "x.csv").exists()
+    # a bad --set every point shares stops the sweep before a good results file is replaced
+    good = tmp_path / "good.csv"
+    good.write_text("keep")
+    for extra in (["--set", "gpu.num_smz=3"], ["--workers", "0"], ["--resume"]):
+        assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=100,132", "--out", str(good), "--overwrite",
+                     *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and err.startswith("gpusim: ")
+    assert good.read_text() == "keep"
+    assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=100,132", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"gpusim: {tmp_path}: cannot write: Is a directory"
     assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=1,2", "--range", "x=1..2",
                  "--out", str(tmp_path / "x.csv")]) == 2
     assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=1,2", "--set", "gpu.num_sms=3",

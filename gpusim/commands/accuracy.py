@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from gpusim.accuracy import op_group, run_accuracy, summarize
-from gpusim.errors import GpusimError
-from gpusim.results.export import write_json
+from gpusim.commands.hw import non_negative_int
+from gpusim.errors import ConfigError, GpusimError
+from gpusim.results.export import atomic_output, check_output_path, write_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpu", action="append", default=[], help="only these hardware stems")
     p.add_argument("--op", action="append", default=[], help="only these op kinds (matmul, stream, ...)")
     p.add_argument("--cases", action="store_true", help="print every case, not only the worst")
-    p.add_argument("--worst", type=int, default=10, metavar="N", help="how many worst cases to print (default 10)")
+    p.add_argument("--worst", type=non_negative_int, default=10, metavar="N", help="how many worst cases to print (default 10)")
     p.add_argument("--json", metavar="PATH", help="write per-case results and summaries as JSON (- for stdout)")
     p.add_argument("--plot", metavar="PATH", help="save a measured-vs-simulated scatter (.png or .svg)")
     p.add_argument("--suite", choices=("kernels", "communication", "training", "all", "heldout"), default="all",
@@ -91,7 +93,8 @@ def save_scatter(results, destination: str) -> None:
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(f"gpusim vs measurements ({len(results)} cases)")
     fig.tight_layout()
-    fig.savefig(destination)
+    with atomic_output(destination) as tmp:
+        fig.savefig(tmp)
     plt.close(fig)
 
 
@@ -100,7 +103,20 @@ def _pct(x: float | None) -> str:
 
 
 def cmd_accuracy(args: argparse.Namespace) -> int:
-    suite = "kernels" if args.measurements else getattr(args, "suite", "all")
+    asked = getattr(args, "suite", "all")
+    if args.measurements and asked not in ("all", "kernels"):
+        raise ConfigError("--measurements", args.measurements[0],
+                          f"is read by --suite kernels, not --suite {asked}")
+    if getattr(args, "training_measurements", None) and asked not in ("all", "training"):
+        raise ConfigError("--training-measurements", args.training_measurements, f"is not read by --suite {asked}")
+    # outputs are checked before the (sometimes long) simulation
+    if args.plot:
+        if Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
+            raise ConfigError("--plot", args.plot, "figure file must end in .png, .svg or .pdf")
+        check_output_path(args.plot)
+    if args.json and args.json != "-":
+        check_output_path(args.json)
+    suite = "kernels" if args.measurements else asked
     if suite == "heldout":
         return _heldout_suite(args)
     if suite in ("communication", "training"):
@@ -203,6 +219,11 @@ def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -
     communication and training suites (``--suite all --json``)."""
     cases, plan_rows = _load_cases(args.measurements, getattr(args, "ignore_kernel_tile", False))
     all_cases = cases
+    for flag, values, attr in (("--gpu", args.gpu, "gpu"), ("--op", args.op, "op")):
+        known = {getattr(c, attr) for c in all_cases}
+        unknown = [v for v in values if v not in known]
+        if unknown:
+            raise ConfigError(flag, unknown[0], f"no case has it (the measurements have: {', '.join(sorted(known))})")
     if args.gpu:
         cases = [c for c in cases if c.gpu in args.gpu]
     if args.op:

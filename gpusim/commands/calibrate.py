@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gpusim.calibration import fit_calibration, overlay_yaml, stale_calibration
 from gpusim.errors import GpusimError
+from gpusim.results.export import check_output_path, write_text_file
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,8 +30,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from gpusim.config.library import builtin_files, read_description
+    from gpusim.errors import ConfigError
     from gpusim.measurements import load_kernel_cases
 
+    files = builtin_files("hwconfigs")
+    if args.base and not args.check and (
+            args.base not in files or read_description(files[args.base]).get("kind") not in ("gpu", "cpu")):
+        # a fit selects the measurements by their gpu column, which names a built-in stem (--check
+        # also takes an edited description's path)
+        raise ConfigError("--base", args.base, "takes a built-in GPU or CPU name, the stem the measurements' gpu "
+                                               "column uses (e.g. h100_sxm5_80gb; see `gpusim hw list`)")
     if args.measurements == "published":
         cases = load_kernel_cases()
         label = "measurements/published/kernels.csv"
@@ -41,12 +51,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return _check(args.base, cases, label)
     if not args.base:
         raise GpusimError("calibrate: --base HW is required (or pass --check)")
+    if args.output:
+        check_output_path(args.output)  # before the fit, which takes a while
     factors = fit_calibration(args.base, cases)
     if not factors:
         raise GpusimError(f"{label}: no case calibrates {args.base} (need large GEMMs, streams or copies)")
     text = overlay_yaml(args.base, factors, label)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        write_text_file(args.output, text)
         print(f"wrote {args.output}")
     else:
         print(text, end="")

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from gpusim.commands.hw import add_set_argument
+from gpusim.errors import GpusimError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,11 +32,14 @@ def run_compare(hardware_names: list[str], workload_name: str, overrides: list[s
     for i, name in enumerate(hardware_names):
         if progress is not None:
             progress(i, len(hardware_names), name)
-        hardware, result = simulate_named(name, workload_name, overrides)
-        if energy:
-            from gpusim.energy import with_energy
+        try:
+            hardware, result = simulate_named(name, workload_name, overrides)
+            if energy:
+                from gpusim.energy import with_energy
 
-            result = with_energy(result, hardware)
+                result = with_energy(result, hardware)
+        except GpusimError as exc:  # which of the descriptions it was
+            raise GpusimError(f"on {name}: {exc}") from None
         results.append(result)
     if progress is not None:
         progress(len(hardware_names), len(hardware_names), "done")

@@ -41,6 +41,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_compare)
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number, 0 or more (how many rows to print)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     rows = []
     for name, path in list_hardware():

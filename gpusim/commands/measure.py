@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import datetime
 import json
 import sys
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from gpusim.errors import ConfigError, GpusimError
+from gpusim.results.export import atomic_output, write_text_file
 
 SUITE_NAMES = ("micro", "kernels", "library", "block")
 TORCH_SUITES = ("library", "block")
@@ -65,15 +67,22 @@ def no_gpu_reason() -> str | None:
 
 def _write_csv(path: Path, columns: Iterable[str], rows: list[dict[str, Any]]) -> None:
     columns = list(columns)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("w", newline="", encoding="utf-8") as handle:
-            writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
-            writer.writeheader()
-            for row in rows:
-                writer.writerow({c: _cell(row.get(c, "")) for c in columns})
-    except OSError as exc:
-        raise GpusimError(f"{path}: cannot write: {exc.strerror}") from None
+    with atomic_output(path) as tmp, tmp.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({c: _cell(row.get(c, "")) for c in columns})
+
+
+def _kept_rows(path: Path, new_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of an earlier ``path`` whose cases ``new_rows`` do not measure again."""
+    if not path.is_file():
+        return []
+    from gpusim.config.loader import read_text_file
+
+    replaced = {row["case_id"] for row in new_rows}
+    return [row for row in csv.DictReader(io.StringIO(read_text_file(path), newline=""))
+            if row.get("case_id") not in replaced]
 
 
 def _cell(value: Any) -> Any:
@@ -83,11 +92,7 @@ def _cell(value: Any) -> Any:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise GpusimError(f"{path}: cannot write: {exc.strerror}") from None
+    write_text_file(path, json.dumps(data, indent=2) + "\n")
 
 
 def execute(suites: list[str], machine, gpu: str, provenance: dict[str, Any], out_dir: Path,
@@ -98,8 +103,13 @@ def execute(suites: list[str], machine, gpu: str, provenance: dict[str, Any], ou
                                              plan_rows, run_suite, timing_rows)
 
     written: list[Path] = []
-    for suite in suites:
-        cases = SUITES[suite](machine)
+    all_cases = {suite: SUITES[suite](machine) for suite in suites}
+    if ops:
+        known = sorted({c.op for cases in all_cases.values() for c in cases})
+        unknown = [op for op in ops if op not in known]
+        if unknown:
+            raise ConfigError("--op", unknown[0], f"no such op in --suite {','.join(suites)} (ops: {', '.join(known)})")
+    for suite, cases in all_cases.items():
         if ops:
             cases = [c for c in cases if c.op in ops]
         timings = run_suite(cases, make_launcher, timer, num_warmups, num_repeats, progress)
@@ -110,7 +120,8 @@ def execute(suites: list[str], machine, gpu: str, provenance: dict[str, Any], ou
         )
         for path, columns, rows in tables:
             if rows:
-                _write_csv(path, columns, rows)
+                # an --op run replaces its own cases' rows and keeps the file's others
+                _write_csv(path, columns, _kept_rows(path, rows) + rows if ops else rows)
                 written.append(path)
     path = out_dir / "provenance.json"
     _write_json(path, provenance)

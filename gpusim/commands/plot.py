@@ -9,6 +9,7 @@ import argparse
 from pathlib import Path
 
 from gpusim.errors import ConfigError
+from gpusim.results.export import atomic_output
 
 METRIC_LABELS = {
     "total_time_s": "time (s)", "step_time_s": "step time (s)", "tokens_per_s": "tokens/s",
@@ -202,9 +203,9 @@ def _save(fig, path: str) -> None:
     suffix = Path(path).suffix.lower()
     if suffix not in (".png", ".svg", ".pdf"):
         raise ConfigError("--out", path, "figure file must end in .png, .svg or .pdf")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path, dpi=150 if suffix == ".png" else None)
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=150 if suffix == ".png" else None)
     import matplotlib.pyplot as plt
 
     plt.close(fig)

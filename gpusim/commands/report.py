@@ -8,6 +8,8 @@ import base64
 import html
 import sys
 
+from gpusim.commands.hw import non_negative_int
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -17,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="Example: gpusim run h100_sxm5_80gb bert_base_train --json r.json && gpusim report r.json --html r.html")
     p.add_argument("result", metavar="RESULT.json")
     p.add_argument("--html", metavar="PATH", help="write a self-contained HTML page to PATH")
-    p.add_argument("--top", type=int, default=10, help="how many of the slowest kernels to list (default 10)")
+    p.add_argument("--top", type=non_negative_int, default=10, help="how many of the slowest kernels to list (default 10)")
     p.set_defaults(func=cmd_report)
 
 
@@ -130,16 +132,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         from gpusim.config import load_hardware
         from gpusim.errors import GpusimError
+        from gpusim.results.export import write_text_file
 
         try:
             hardware = load_hardware(result.hardware)
         except GpusimError:
             hardware = None  # a description not in the library: no roofs to draw
         page = html_page(result, hardware, args.top)
-        try:
-            Path(args.html).write_text(page, encoding="utf-8")
-        except OSError as exc:
-            raise GpusimError(f"{args.html}: cannot write: {exc.strerror}") from None
+        write_text_file(args.html, page)
         print(f"wrote {args.html}", file=sys.stderr)
         return 0
     sys.stdout.write(markdown_summary(result, args.top))

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import math
+import re
 
 from gpusim.commands.hw import add_set_argument
 from gpusim.config.loader import parse_set_items
 from gpusim.energy import with_energy
-from gpusim.results.export import write_json, write_trace
+from gpusim.results.export import check_output_path, write_json, write_trace
 from gpusim.runner import load_and_simulate, split_overrides
 from gpusim.units import format_quantity
 
@@ -28,11 +30,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--unified-memory", action="store_true",
                    help="page a working set larger than device memory over the host link")
     add_energy_arguments(p)
-    p.add_argument("--epoch-samples", type=float, metavar="N",
+    p.add_argument("--epoch-samples", type=positive_count, metavar="N",
                    help="report the time and cost of an epoch of N samples (model workloads)")
-    p.add_argument("--train-tokens", type=float, metavar="N",
+    p.add_argument("--train-tokens", type=positive_count, metavar="N",
                    help="report the time and cost of a training run of N tokens, e.g. 300e9 (language models)")
     p.set_defaults(func=cmd_run)
+
+
+def positive_count(text: str) -> float:
+    """An argparse type: a finite number above zero, at most 1e18 (``300e9`` tokens)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or not 0 < value <= 1e18:
+        raise argparse.ArgumentTypeError(f"expected a number above 0 and at most 1e18, got {text!r}")
+    return value
 
 
 def add_energy_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,18 +65,35 @@ def energy_options(args: argparse.Namespace) -> dict:
     from gpusim.units import parse_quantity
 
     out: dict = {"power_cap": not getattr(args, "no_power_cap", False)}
-    for flag, attr, dim, key in (("--price-per-hour", "price_per_hour", "usd_per_s", "price_usd_per_s"),
-                                 ("--power-cap", "power_cap", "w", "tdp_w")):
+    for flag, attr, dim, key, example in (("--price-per-hour", "price_per_hour", "usd_per_s", "price_usd_per_s",
+                                           "2.5USD/h"),
+                                          ("--power-cap", "power_cap", "w", "tdp_w", "500W")):
         value = getattr(args, attr, None)
         if value is not None:
             try:
-                out[key] = parse_quantity(value, dim)
+                if not _NUMBER_WITH_UNIT.match(str(value).strip()):
+                    # a bare number would be read in SI (USD per second, not per hour)
+                    raise UnitError(f"give a unit, e.g. {example}, got {value!r}")
+                out[key] = parse_quantity(str(value).strip(), dim)
             except UnitError as exc:
                 raise ConfigError("command line", flag, str(exc)) from None
+            if out[key] <= 0:
+                raise ConfigError("command line", flag, f"must be above 0, got {value!r}")
     return out
 
 
+_NUMBER_WITH_UNIT = re.compile(r"^[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?\s*[A-Za-z/$]")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    from gpusim.errors import ConfigError
+
+    # outputs are checked before the simulation, which may be long
+    if args.trace == "-":
+        raise ConfigError("command line", "--trace", "give a file path (only --json writes to stdout with -)")
+    for path in (args.trace, None if args.json == "-" else args.json):
+        if path is not None:
+            check_output_path(path)
     hw_overrides, wl_items = split_overrides(parse_set_items(args.overrides))
     hardware, result = load_and_simulate(args.hardware, args.workload, hw_overrides, wl_items,
                                          launch_mode=args.launch, unified_memory=args.unified_memory,

@@ -50,20 +50,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from gpusim.commands.run import energy_options
-    from gpusim.config.library import resolve
+    from gpusim.config import load_hardware
     from gpusim.config.loader import parse_set_items
+    from gpusim.results.export import check_output_path
     from gpusim.sweep import ResultsJournal, columns_for, grid_points, parse_grid, parse_ranges, random_points, \
-        run_sweep, write_parquet
+        run_sweep, split_params, write_parquet
+    from gpusim.workload import load_workload
 
     try:
         import distributed  # noqa: F401
     except ImportError:
         raise ConfigError("gpusim sweep", "", "needs Dask: pip install 'dask[distributed]'") from None
-    # a misspelled name or a missing file is one line now, not an error on every point; a description
-    # given as a file path travels to the workers as an absolute path
-    for attr, kind in (("hardware", "hwconfigs"), ("workload", "workloads")):
+    # a description given as a file path travels to the workers as an absolute path
+    for attr in ("hardware", "workload"):
         value = getattr(args, attr)
-        resolve(value, kind)
         if (value.endswith((".yaml", ".yml")) or "/" in value) and Path(value).is_file():
             setattr(args, attr, str(Path(value).resolve()))
     fixed = [(k, str(v)) for k, v in parse_set_items(args.overrides)]
@@ -83,6 +83,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     clash = [k for k, _ in grid if k in fixed_keys] + [r.key for r in ranges if r.key in fixed_keys]
     if clash:
         raise ConfigError("--set", clash[0], "is also swept")
+    if args.resume and args.overwrite:
+        raise ConfigError("command line", "--resume", "keeps the rows in --out; --overwrite replaces them: give one")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError("command line", "--workers", f"must be at least 1, got {args.workers}")
+    # what every point shares is checked once here: a misspelled name, a missing file or a bad --set
+    # stops the sweep before --out is touched, instead of failing every point
+    hw_fixed, wl_fixed = split_params(fixed)
+    load_hardware(args.hardware, hw_fixed)
+    load_workload(args.workload, wl_fixed)
     options = energy_options(args)
     options["launch_mode"] = args.launch
 
@@ -95,6 +104,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise ConfigError(str(out), "", "writing Parquet needs pyarrow (pip install pyarrow); use a .csv "
                                             "--out") from None
     journal_path = out.with_name(out.name + ".csv") if parquet else out
+    for path in {out, journal_path}:
+        check_output_path(path)
     journal = ResultsJournal(journal_path, columns_for(points))
 
     client = _client(args)

@@ -45,8 +45,10 @@ def save_figure(fig, path: str | Path) -> Path:
     p = Path(path)
     if p.suffix.lower() not in FIGURE_SUFFIXES:
         raise ConfigError("command line", "-o", f"plot file must end in .png or .svg, not {p.name!r}")
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=110 if p.suffix.lower() == ".png" else None)
+    from gpusim.results.export import atomic_output
+
+    with atomic_output(p) as tmp:
+        fig.savefig(tmp, dpi=110 if p.suffix.lower() == ".png" else None)
     return p
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +22,51 @@ def write_json(data: Any, destination: str) -> None:
     if destination == "-":
         sys.stdout.write(text + "\n")
         return
-    _write_text(Path(destination), text + "\n")
+    write_text_file(destination, text + "\n")
 
 
-def _write_text(path: Path, text: str) -> None:
+def check_output_path(destination: str | Path) -> None:
+    """Refuse, before any work, an output path that cannot be a file: empty, a directory, or under a
+    file."""
+    path = Path(destination)
+    if not str(destination).strip():
+        raise GpusimError("output path is empty")
+    if path.is_dir():
+        raise GpusimError(f"{path}: cannot write: Is a directory")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise GpusimError(f"{path}: cannot write: {parent} is not a directory")
+            break
+
+
+@contextmanager
+def atomic_output(destination: str | Path):
+    """Yield a temporary path beside ``destination``; once the block has written it, it replaces
+    ``destination`` in one step. A write that fails (a full disk, a directory in the way) leaves the
+    old file as it was and is one line: ``PATH: cannot write: REASON``."""
+    check_output_path(destination)
+    path = Path(destination)
+    tmp: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
+        yield tmp
+        os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
-        raise GpusimError(f"{path}: cannot write: {exc.strerror}") from None
+        raise GpusimError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+
+
+def write_text_file(destination: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``destination`` atomically (see :func:`atomic_output`)."""
+    with atomic_output(destination) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def trace_events(result: SimulationResult) -> list[dict[str, Any]]:
@@ -57,4 +96,4 @@ def trace_events(result: SimulationResult) -> list[dict[str, Any]]:
 def write_trace(result: SimulationResult, destination: str) -> None:
     data = {"traceEvents": trace_events(result), "displayTimeUnit": "ns",
             "otherData": {"hardware": result.hardware, "workload": result.workload, "generator": "gpusim"}}
-    _write_text(Path(destination), json.dumps(data))
+    write_text_file(destination, json.dumps(data))
