@@ -143,6 +143,15 @@ def _embed(data: dict[str, Any], key: str, body_key: str, source: Path) -> None:
                 sources.setdefault(key + str(k)[len(body_key):], v)
 
 
+def _embed_set_reference(data: dict[str, Any], key: str) -> None:
+    """Embed a ``--set gpu=NAME`` reference (a built-in name or a path from the working directory),
+    its errors blamed on --set."""
+    try:
+        _embed(data, key, "gpu" if key == "gpu" else "cpu", Path.cwd() / "--set")
+    except ConfigError as exc:
+        raise ConfigError(SET_SOURCE, key, exc.message) from None
+
+
 def _check_sources(data: dict[str, Any], source: str) -> None:
     """Every ``sources:`` key must name a key path that exists (so citations cannot go stale)."""
     sources = data.get("sources")
@@ -177,6 +186,14 @@ def load_hardware(name_or_path: str | Path, overrides: Sequence[tuple[str, Any]]
     if type(data["schema_version"]) is not int or data["schema_version"] != 1:  # not true, not 1.0
         raise ConfigError(source, "schema_version", f"unsupported version {data['schema_version']!r}; this gpusim reads 1")
     if kind == "system":
+        # --set gpu=NAME (or host_cpu=NAME) swaps the referenced description, as the file's own
+        # reference would; --set gpu.num_sms=... then edits the one embedded
+        for ref_key in ("gpu", "host_cpu"):
+            swapped = [value for key, value in pairs if key == ref_key and isinstance(value, str)]
+            if swapped:
+                data[ref_key] = swapped[-1]
+                pairs = [(k, v) for k, v in pairs if not (k == ref_key and isinstance(v, str))]
+                _embed_set_reference(data, ref_key)
         _embed(data, "gpu", "gpu", path)
         _embed(data, "host_cpu", "cpu", path)
     for key, _ in pairs:

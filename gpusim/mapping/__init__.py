@@ -35,6 +35,12 @@ TRANSCENDENTAL_FUNCTIONS = frozenset({"gelu", "gelu_new", "silu", "sigmoid", "ta
                                       "swiglu_backward", "geglu_backward"})
 
 
+MAX_GEMM_OUTPUT_ELEMENTS = 2 ** 38
+"""The largest GEMM output simulated (2.7e11 elements, 550 GB in BF16, beyond any device's memory):
+the L2 traffic model walks every wave of CTAs, so its time grows with the output (about 4 s at this
+size on one core); a larger one is refused in one line instead of running for minutes."""
+
+
 def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int, batch: int, dtype: str,
               useful_flop: float, *, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
               b_group: int = 1, extra_c_bytes_per_element: float = 0.0, sfu_ops_per_output: float = 0.0,
@@ -50,6 +56,11 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
             dtype in ("fp8", "int8", "fp4") or machine.vector_rate_per_unit(dtype) is None):
         # low-precision formats exist only as tensor-core (matrix-unit) inputs
         raise SimulationError(f"{machine.name} has no pipe for {dtype} matrix multiplication")
+    if float(batch) * m * n > MAX_GEMM_OUTPUT_ELEMENTS:
+        raise SimulationError(
+            f"{name}: a {batch} x {m} x {n} output ({float(batch) * m * n:.3g} elements, "
+            f"{float(batch) * m * n * DTYPE_BYTES[dtype] / 1e9:.3g} GB) is beyond what gpusim simulates wave by wave "
+            f"(at most {MAX_GEMM_OUTPUT_ELEMENTS:.3g} output elements per GEMM); use a smaller batch or shape")
     warp_mma = (uses_matrix_pipe(machine, dtype) and dtype not in NATIVE_ONLY_MATRIX_DTYPES
                 and machine.strides_block_native_mma(row_strides_bytes))
     if warp_mma:

@@ -122,9 +122,12 @@ def _pairs(overrides: Sequence[Any] | Iterable[str]) -> list[tuple[str, Any]]:
     return parse_set_items(str(o) for o in items)
 
 
-def _apply_op_overrides(data: dict[str, Any], pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """``ops.<index or name>.<key>=value`` changes one op of a list; other keys are returned."""
+def _apply_op_overrides(data: dict[str, Any], pairs: list[tuple[str, Any]]
+                        ) -> tuple[list[tuple[str, Any]], list[str]]:
+    """``ops.<index or name>.<key>=value`` changes one op of a list. Returns the other pairs, and the
+    keys changed as ``ops.<index>.<key>`` (how errors name them)."""
     rest = []
+    applied = []
     ops = data.get("ops")
     for key, value in pairs:
         parts = key.split(".")
@@ -141,7 +144,8 @@ def _apply_op_overrides(data: dict[str, Any], pairs: list[tuple[str, Any]]) -> l
         if not isinstance(target, dict):
             raise ConfigError(SET_SOURCE, key, f"no op {parts[1]!r} in this workload")
         target[parts[2]] = value
-    return rest
+        applied.append(f"ops.{next(i for i, o in enumerate(ops) if o is target)}.{parts[2]}")
+    return rest, applied
 
 
 # ------------------------------------------------------------------------------------ loading
@@ -171,12 +175,25 @@ def load_workload(name_or_path: str | Path, overrides: Sequence[Any] | Iterable[
     for key, _ in pairs:
         if key.split(".")[0] in ("schema_version", "model", "ops") and "." not in key:
             raise ConfigError(SET_SOURCE, key, "cannot be overridden")
+    set_keys = [key for key, _ in pairs]
     if "ops" in data:
-        pairs = _apply_op_overrides(data, pairs)
-        data = apply_overrides(data, pairs)
-        return _load_ops(data, source, pairs)
-    data = apply_overrides(data, pairs)
-    return _load_model(data, source, pairs)
+        pairs, applied = _apply_op_overrides(data, pairs)
+        set_keys = [key for key, _ in pairs] + applied
+    try:
+        merged = apply_overrides(data, pairs)
+        return _load_ops(merged, source, pairs) if "ops" in data else _load_model(merged, source, pairs)
+    except ConfigError as exc:
+        # a bad value that came in with --set is the --set's fault, not the file's
+        if exc.source == source and any(_same_key(key, exc.key_path) for key in set_keys):
+            raise ConfigError(SET_SOURCE, exc.key_path, exc.message) from None
+        raise
+
+
+def _same_key(set_key: str, error_key: str) -> bool:
+    """Whether an error at ``error_key`` is about the value ``--set set_key`` gave (the key itself, a
+    key inside the mapping it set, or the mapping that holds it)."""
+    return bool(error_key) and (set_key == error_key or set_key.startswith(error_key + ".")
+                                or error_key.startswith(set_key + "."))
 
 
 def _load_ops(data: dict[str, Any], source: str, pairs: list[tuple[str, Any]]) -> Workload:

@@ -1,0 +1,228 @@
+"""Command-line outputs and values: every bad one is one line (exit 2) before any simulation runs, and
+a failed write leaves the old file as it was."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpusim.cli import main
+from gpusim.errors import GpusimError
+from gpusim.results.export import atomic_output, write_text_file
+
+HW, GEMM = "h100_sxm5_80gb", "gemm_8192_bf16"
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err
+    return err
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "result.json"
+    target.write_text("old")
+
+    class DiskFull(OSError):
+        pass
+
+    with pytest.raises(GpusimError, match=r"result.json: cannot write: disk full"):
+        with atomic_output(target) as tmp:
+            tmp.write_text("half of the new")
+            raise DiskFull(28, "disk full")
+    assert target.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+    write_text_file(target, "new")
+    assert target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--json", "", "output path is empty"),
+    ("--json", "{dir}", "cannot write: Is a directory"),
+    ("--trace", "{file}/x.json", "is not a directory"),
+    ("--trace", "-", "--trace: give a file path"),
+])
+def test_run_refuses_an_output_it_cannot_write_before_simulating(tmp_path, capsys, flag, value, message):
+    (tmp_path / "f").write_text("keep")
+    value = value.format(dir=tmp_path, file=tmp_path / "f")
+    assert main(["run", HW, "no_such_workload_is_loaded_first", flag, value]) == 2
+    assert message in one_line_error(capsys)
+    assert (tmp_path / "f").read_text() == "keep"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--price-per-hour", "2.5"], "--price-per-hour: give a unit, e.g. 2.5USD/h, got '2.5'"),
+    (["--price-per-hour=-2USD/h"], "--price-per-hour: must be above 0"),
+    (["--power-cap", "500"], "--power-cap: give a unit, e.g. 500W"),
+    (["--power-cap=-100W"], "--power-cap: must be above 0"),
+    (["--power-cap", "50W"], "a power cap of 50 W is not above h100_sxm5_80gb's idle power (70 W)"),
+])
+def test_run_values_need_units_and_sense(capsys, args, message):
+    assert main(["run", HW, GEMM, "--set", "ops.0.m=256", "--set", "ops.0.n=256", "--set", "ops.0.k=256",
+                 *args]) == 2
+    assert message in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "1e400", "abc"])
+def test_epoch_and_token_counts_are_positive_finite_numbers(capsys, value):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", HW, "gpt2_large_train", f"--epoch-samples={value}"])
+    assert exit_info.value.code == 2
+    err = one_line_error(capsys)
+    assert err.startswith("gpusim run: error: argument --epoch-samples:") and err.endswith("(see gpusim run --help)")
+
+
+def test_a_gemm_too_large_to_walk_is_refused_in_one_line(capsys):
+    assert main(["run", HW, GEMM, "--set", "ops.0.m=10000000", "--set", "ops.0.n=10000000",
+                 "--set", "ops.0.k=1024"]) == 2
+    err = one_line_error(capsys)
+    assert "a 1 x 10000000 x 10000000 output (1e+14 elements, 2e+05 GB) is beyond what gpusim simulates" in err
+
+
+def test_measurement_files_that_are_not_utf8_text_or_carry_a_bom(tmp_path, capsys):
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    for args in (["accuracy", "--suite", "training", "--training-measurements", str(binary)],
+                 ["accuracy", "--suite", "kernels", "--measurements", str(binary)],
+                 ["plot", "sweep", str(binary), "--x", "a", "--y", "b"],
+                 ["report", str(binary)]):
+        assert main(args) == 2
+        assert one_line_error(capsys) == f"gpusim: {binary}: not a UTF-8 text file"
+    # a spreadsheet's byte-order mark is not part of the first column's name
+    source = Path(__file__).parents[1] / "measurements" / "heldout" / "torchtitan_a100_llama.csv"
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + source.read_bytes())
+    out = tmp_path / "bom.json"
+    assert main(["accuracy", "--suite", "training", "--training-measurements", str(bom), "--json", str(out)]) == 0
+    assert len(json.loads(out.read_text())["training"]["cases"]) == 3
+
+
+def test_a_sweep_row_longer_than_its_header_is_named(tmp_path, capsys):
+    results = tmp_path / "s.csv"
+    results.write_text("point_key,total_time_s\nabc,1.0\ndef,2.0,extra\n")
+    assert main(["plot", "sweep", str(results), "--x", "point_key", "--y", "total_time_s"]) == 2
+    assert one_line_error(capsys) == f"gpusim: {results}: line 3: has more cells than the header"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--suite", "communication", "--measurements", "x.csv"], "--measurements: x.csv: is read by --suite kernels"),
+    (["--suite", "kernels", "--training-measurements", "x.csv"], "is not read by --suite kernels"),
+    (["--suite", "kernels", "--plot", "x.pdfx"], "--plot: x.pdfx: figure file must end in .png, .svg or .pdf"),
+    (["--suite", "kernels", "--json", "{dir}"], "cannot write: Is a directory"),
+])
+def test_accuracy_options_that_do_not_go_together_are_refused_first(tmp_path, capsys, args, message):
+    args = [a.format(dir=tmp_path) for a in args]
+    assert main(["accuracy", *args]) == 2
+    assert message in one_line_error(capsys)
+
+
+def test_calibrate_checks_its_output_before_fitting(tmp_path, capsys):
+    assert main(["calibrate", "published", "--base", HW, "-o", str(tmp_path)]) == 2
+    assert one_line_error(capsys) == f"gpusim: {tmp_path}: cannot write: Is a directory"
+
+
+def test_a_result_file_with_a_bad_number_names_the_key(tmp_path, capsys):
+    good = tmp_path / "good.json"
+    assert main(["run", HW, "mlp_mnist", "--json", str(good)]) == 0
+    data = json.loads(good.read_text())
+    for key_path, value in (("total_time_s", "abc"), ("kernels.3.time_s", None), ("kernels.0.flop", True)):
+        bad = json.loads(json.dumps(data))
+        node = bad
+        *parents, leaf = key_path.split(".")
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[leaf] = value
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(bad))
+        for command in (["report", str(path)], ["plot", "timeline", str(path), "-o", str(tmp_path / "t.png")]):
+            assert main(command) == 2
+            assert one_line_error(capsys) == f"gpusim: {path}: {key_path}: expected a finite number, got {value!r}"
+    # a run result is not a sweep results file
+    assert main(["plot", "pareto", str(good)]) == 2
+    assert "not a sweep results file (no point_key column" in one_line_error(capsys)
+
+
+def test_a_key_written_twice_is_refused(tmp_path, capsys):
+    path = tmp_path / "dup.yaml"
+    path.write_text("schema_version: 1\nname: dup\nops:\n"
+                    "  - {name: mm, op: matmul, m: 8, n: 16, k: 16, m: 32, dtype: bf16}\n")
+    assert main(["run", HW, str(path)]) == 2
+    assert one_line_error(capsys) == f"gpusim: {path}: m: line 4: key written twice in one mapping"
+
+
+def test_a_bandwidth_without_its_unit_is_refused(capsys):
+    assert main(["run", HW, GEMM, "--set", "gpu.dram.bandwidth_bytes_per_s=3.35"]) == 2
+    assert one_line_error(capsys) == ("gpusim: --set: gpu.dram.bandwidth_bytes_per_s: input should be greater than "
+                                      "or equal to 1000 (got 3.35)")
+
+
+@pytest.mark.parametrize("column, value, message", [
+    ("gpu", "h999", "row 2.gpu: no built-in hardware description 'h999'"),
+    ("system", "dgx_h999", "row 2.system: no built-in system description 'dgx_h999'"),
+    ("precision", "amp_bf17", "row 2.precision: must be one of"),
+    ("num_gpus", "0", "row 2.num_gpus: must be 1 or more"),
+])
+def test_a_training_row_names_known_hardware_and_formats(tmp_path, capsys, column, value, message):
+    import csv
+
+    source = Path(__file__).parents[1] / "measurements" / "heldout" / "torchtitan_a100_llama.csv"
+    with open(source, newline="") as f:
+        reader = csv.DictReader(f)
+        header, row = reader.fieldnames, next(reader)
+    row[column] = value
+    path = tmp_path / "rows.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerow(row)
+    assert main(["accuracy", "--suite", "training", "--training-measurements", str(path)]) == 2
+    assert message in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("item, message", [
+    ("ops.0.m=abc", "gpusim: --set: ops.0.m: expected a whole number, got 'abc'"),
+    ("ops.gemm.m=0", "gpusim: --set: ops.0.m: input should be greater than or equal to 1 (got 0)"),
+    ("ops.0.dtype=BF16", "gpusim: --set: ops.0.dtype: unknown dtype 'BF16'"),
+])
+def test_a_bad_op_value_given_with_set_is_blamed_on_set(capsys, item, message):
+    assert main(["run", HW, GEMM, "--set", item]) == 2
+    assert one_line_error(capsys).startswith(message)
+
+
+def test_a_bad_value_in_the_file_is_still_blamed_on_the_file(tmp_path, capsys):
+    path = tmp_path / "w.yaml"
+    path.write_text("schema_version: 1\nname: w\nops:\n  - {name: mm, op: matmul, m: 0, n: 16, k: 16, dtype: bf16}\n")
+    assert main(["run", HW, str(path), "--set", "ops.0.n=32"]) == 2
+    assert one_line_error(capsys).startswith(f"gpusim: {path}: ops.0.m: input should be greater than or equal to 1")
+
+
+def test_calibrate_base_is_a_built_in_device_stem(capsys):
+    for base in ("dgx_h100", "hwconfigs/h100_sxm5_80gb.yaml"):
+        assert main(["calibrate", "published", "--base", base]) == 2
+        assert f"--base: {base}: takes a built-in GPU or CPU name" in one_line_error(capsys)
+
+
+def test_a_measurements_file_of_another_kind_is_named(capsys):
+    root = Path(__file__).parents[1] / "measurements" / "published"
+    assert main(["accuracy", "--suite", "training", "--training-measurements", str(root / "kernels.csv")]) == 2
+    assert one_line_error(capsys).endswith("header: missing column 'system' (its header is a kernels file's)")
+
+
+def test_exponent_numbers_that_yaml_reads_as_text_are_numbers():
+    from gpusim.workload import load_workload
+
+    workload = load_workload(GEMM, ["ops.0.m=1e3", "ops.0.n=2.5e3"])
+    assert (workload.spec.ops[0].m, workload.spec.ops[0].n) == (1000, 2500)
+
+
+def test_set_gpu_swaps_a_systems_gpu_by_name(capsys):
+    from gpusim.config import load_hardware
+
+    system = load_hardware("dgx_h100", ["gpu=a100_sxm4_80gb", "gpu.num_sms=100"])
+    assert system.gpu.num_sms == 100 and system.gpu.dram.capacity_bytes == load_hardware(
+        "a100_sxm4_80gb").gpu.dram.capacity_bytes
+    assert main(["run", "dgx_h100", "all_reduce_1gib", "--set", "gpu=xeon_8480"]) == 2
+    assert one_line_error(capsys) == "gpusim: --set: gpu: 'xeon_8480' is not a gpu description"
