@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import datetime
+import io
 import json
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from gpusim.errors import ConfigError, GpusimError
+from gpusim.config.loader import read_text_file
+from gpusim.errors import ConfigError
 from gpusim.results.export import atomic_output, write_text_file
 
 SUITE_NAMES = ("micro", "kernels", "library", "block")
@@ -78,8 +79,6 @@ def _kept_rows(path: Path, new_rows: list[dict[str, Any]]) -> list[dict[str, Any
     """The rows of an earlier ``path`` whose cases ``new_rows`` do not measure again."""
     if not path.is_file():
         return []
-    from gpusim.config.loader import read_text_file
-
     replaced = {row["case_id"] for row in new_rows}
     return [row for row in csv.DictReader(io.StringIO(read_text_file(path), newline=""))
             if row.get("case_id") not in replaced]

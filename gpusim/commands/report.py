@@ -128,8 +128,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     result = read_result(args.result)
     if args.html:
-        from pathlib import Path
-
         from gpusim.config import load_hardware
         from gpusim.errors import GpusimError
         from gpusim.results.export import write_text_file

@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gpusim.errors import ConfigError
 from gpusim.config.loader import read_text_file
+from gpusim.errors import ConfigError
 from gpusim.results.result import KernelRecord, SimulationResult
 
 _KERNEL_FIELDS = ("name", "op", "node", "phase", "layer", "start_s", "time_s", "repeat", "flop", "dram_bytes",
