@@ -22,8 +22,8 @@ progress bar and the files.
 from __future__ import annotations
 
 import csv
-import io
 import hashlib
+import io
 import itertools
 import logging
 import math
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from gpusim.config.loader import read_text_file
 from gpusim.errors import ConfigError, GpusimError
 from gpusim.runner import HARDWARE_ROOTS
 
@@ -360,8 +361,6 @@ def read_results(path: Path | str) -> list[dict[str, str]]:
                                              "or read the CSV journal next to it") from None
         table = pq.read_table(path).to_pylist()
         return [{k: _cell(v) for k, v in r.items()} for r in table]
-    from gpusim.config.loader import read_text_file
-
     reader = csv.DictReader(io.StringIO(read_text_file(path), newline=""))
     if "point_key" not in (reader.fieldnames or ()):
         raise ConfigError(str(path), "", "not a sweep results file (no point_key column; `gpusim sweep --out` writes one)")

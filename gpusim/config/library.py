@@ -147,7 +147,7 @@ def _embed_set_reference(data: dict[str, Any], key: str) -> None:
     """Embed a ``--set gpu=NAME`` reference (a built-in name or a path from the working directory),
     its errors blamed on --set."""
     try:
-        _embed(data, key, "gpu" if key == "gpu" else "cpu", Path.cwd() / "--set")
+        _embed(data, key, "gpu" if key == "gpu" else "cpu", Path(SET_SOURCE))  # its parent: the working directory
     except ConfigError as exc:
         raise ConfigError(SET_SOURCE, key, exc.message) from None
 
