@@ -26,7 +26,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-from gpusim.config.library import builtin_dir
+from gpusim.config.library import builtin_dir, builtin_files
 from gpusim.config.loader import read_text_file
 from gpusim.errors import ConfigError
 
@@ -452,8 +452,6 @@ weights (llm-foundry's ``amp_bf16``), ``int8``/``int4`` for weight-only quantize
 
 
 def _check_training(case: TrainingCase, error: Callable[[str, str], ConfigError]) -> None:
-    from gpusim.config.library import builtin_files
-
     known = builtin_files("hwconfigs")
     if case.gpu not in known:
         raise error("gpu", f"no built-in hardware description {case.gpu!r} (see `gpusim hw list`)")
