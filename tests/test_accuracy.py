@@ -113,7 +113,8 @@ def test_heldout_files_are_classified_by_their_header():
     assert kinds["neusight_memory_bound_sample.csv"] == kinds["xla_gemm_bf16_shapes.csv"] == "kernels"
     assert kinds["nemo_2407_h100_fp8.csv"] == kinds["nemo_2409_dgxc_h100_llama31_8b.csv"] == "training"
     assert kinds["torchtitan_a100_llama.csv"] == "training"
-    assert list(kinds.values()).count("training") == 7 and len(kinds) >= 12
+    assert kinds["vidur_a100_llama2_7b_tp_decode_gemms.csv"] == "kernels"
+    assert list(kinds.values()).count("training") == 7 and len(kinds) >= 13
 
 
 def test_heldout_suite_scores_every_file_of_the_folder_as_on_its_own(tmp_path, monkeypatch):
