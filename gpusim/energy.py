@@ -47,9 +47,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
+
 from gpusim.config.hardware import DTYPES
 from gpusim.engine.machine import Machine, machine_of
 from gpusim.errors import SimulationError
+from gpusim.units import format_quantity
 
 MIN_CLOCK_FRACTION = 0.3
 """Lowest clock the power controller may choose, as a fraction of the rated clock (H100 SXM: about
@@ -327,19 +330,50 @@ def apply_power_cap(result, hardware, tdp_w: float | None = None):
     breakdown = dict(result.time_breakdown_s)
     breakdown["compute"] = breakdown.get("compute", 0.0) + shift  # throttled time is time spent computing
     changes: dict[str, Any] = {"kernels": tuple(new_records), "total_time_s": total, "time_breakdown_s": breakdown}
+    if result.spans:
+        changes["spans"] = _stretched_spans(result.spans, records, new_records)
     if result.step_time_s is not None:
         changes["step_time_s"] = result.step_time_s + shift
         for key in ("samples_per_s", "tokens_per_s", "mfu_fraction"):
             value = getattr(result, key)
             if value is not None:
                 changes[key] = value * scale
-    warning = (f"power cap {cap:.0f} W: {throttled} kernel(s) throttled to as low as {min_r:.0%} of the rated "
-               f"clock; the run takes {shift * 1e3:.3g} ms longer")
+    warning = (f"power cap {cap:.0f} W: {throttled} kernel(s) throttled to as low as {min_r:.1%} of the rated "
+               f"clock; the run takes {format_quantity(shift, 's')} longer")
     changes["warnings"] = tuple(result.warnings) + (warning,)
     capped = dataclasses.replace(result, **changes)
     energy = run_energy(capped, hardware, capped_energies)
     energy = dataclasses.replace(energy, tdp_w=cap, clock_fraction_min=min_r, num_throttled_kernels=throttled)
     return capped, energy
+
+
+def _stretched_spans(spans, old_records, new_records):
+    """The trace spans on the capped timeline: a time inside a kernel maps linearly from its uncapped
+    to its throttled interval, a time between kernels moves with the kernels before it. Where the
+    kernels overlap (several streams of a multi-GPU run) the map is not defined and the spans are kept."""
+    pairs = sorted(((o.start_s, o.start_s + o.time_s, n.start_s, n.start_s + n.time_s)
+                    for o, n in zip(old_records, new_records) if o.plan.get("engine") != "copy"))
+    old_points = [x for s0, e0, _, _ in pairs for x in (s0, e0)]
+    new_points = [x for _, _, s1, e1 in pairs for x in (s1, e1)]
+    if not old_points or any(b < a for a, b in zip(old_points, old_points[1:])):
+        return spans
+
+    def at(t: float) -> float:
+        if t >= old_points[-1]:
+            return t + new_points[-1] - old_points[-1]
+        return float(np.interp(t, old_points, new_points)) if t >= old_points[0] else t
+
+    out = []
+    for sp in spans:
+        start, end = at(sp.start_s), at(sp.end_s)
+        if sp.track == "HBM" and end > start:
+            # the same bytes over the longer interval: the span's rate and utilization fall with it
+            factor = (sp.end_s - sp.start_s) / (end - start)
+            args = tuple((k, v * factor if k == "utilization_fraction" else v) for k, v in sp.args)
+            name = f"{float(sp.name.split()[0]) * factor:.0f} GB/s"
+            sp = dataclasses.replace(sp, name=name, args=args)
+        out.append(dataclasses.replace(sp, start_s=start, end_s=end))
+    return tuple(out)
 
 
 def with_energy(result, hardware, *, power_cap: bool = True, tdp_w: float | None = None,

@@ -243,3 +243,38 @@ def test_multi_gpu_energy_covers_the_whole_step(h100):
     assert multi.energy_j == pytest.approx(multi.avg_power_w * multi.total_time_s * 8)
     assert 0.3 * single.flop_per_j < multi.flop_per_j < 1.2 * single.flop_per_j
     assert dgx.gpu.power.idle_w < multi.avg_power_w <= multi.peak_power_w <= dgx.gpu.power.tdp_w * (1 + 1e-9)
+
+
+def test_the_trace_of_a_capped_run_shows_the_throttled_kernels(h100):
+    """Throttled kernels take longer; the trace's stream, SM-wave and HBM spans move and stretch with
+    them, so the trace and the result tell the same run."""
+    wl = load_workload("gemm_8192_bf16", ["ops.0.m=4096"])
+    uncapped = simulate(h100, wl, record_spans=True)
+    capped = with_energy(uncapped, h100, tdp_w=350.0)
+    kernel, before = capped.kernels[0], uncapped.kernels[0]
+    assert kernel.plan["clock_fraction"] < 1.0 and kernel.time_s > 1.05 * before.time_s
+    stream = [s for s in capped.spans if s.track == "stream 0"]
+    assert len(stream) == 1
+    assert stream[0].start_s == pytest.approx(kernel.start_s)
+    assert stream[0].end_s == pytest.approx(kernel.start_s + kernel.time_s)
+    waves = [s for s in capped.spans if s.track == "SMs"]
+    assert waves[0].start_s >= kernel.start_s and waves[-1].end_s <= kernel.start_s + kernel.time_s + 1e-12
+    hbm = next(s for s in capped.spans if s.track == "HBM")
+    assert float(hbm.name.split()[0]) == pytest.approx(kernel.dram_bytes / kernel.time_s / 1e9, abs=1.0)
+    old_hbm = next(s for s in uncapped.spans if s.track == "HBM")
+    assert dict(hbm.args)["utilization_fraction"] == pytest.approx(
+        dict(old_hbm.args)["utilization_fraction"] * before.time_s / kernel.time_s)
+
+
+def test_unified_memory_pages_only_into_the_hosts_memory():
+    wl = load_workload("llama2_7b_train", ["batch_size=32"])
+    roomy = load_hardware("h100_sxm5_80gb")  # 2 TiB of host memory: the 552 GiB overflow pages there
+    small = load_hardware("h100_sxm5_80gb", ["gpu.host_link.host_memory_bytes=1GiB"])
+    paged = simulate(roomy, wl, unified_memory=True, record_spans=False)
+    nowhere = simulate(small, wl, unified_memory=True, record_spans=False)
+    plain = simulate(small, wl, record_spans=False)
+    assert paged.total_time_s > 10 * plain.total_time_s
+    assert nowhere.total_time_s == pytest.approx(plain.total_time_s)  # not paged: timed as if it fit
+    assert any("does not fit even with unified memory" in w and "exceed host memory (1.0 GiB)" in w
+               for w in nowhere.warnings)
+    assert not nowhere.fits_in_memory and not paged.fits_in_memory

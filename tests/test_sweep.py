@@ -292,6 +292,10 @@ def test_sweep_cli_errors_are_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and err.startswith("gpusim: ")
     assert good.read_text() == "keep"
+    assert main(["sweep", HW, GEMM, "--grid", "gpu.l2.capacity=1MiB,2MiB", "--workers", "1", "--no-progress",
+                 "--out", str(tmp_path / "all_fail.csv")]) == 2
+    err = capsys.readouterr().err
+    assert "first error: " in err and "gpu.l2.capacity: unknown key" in err and "every point failed" in err
     assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=100,132", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"gpusim: {tmp_path}: cannot write: Is a directory"
     assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=1,2", "--range", "x=1..2",

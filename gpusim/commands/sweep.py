@@ -126,6 +126,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
           f"{summary.num_skipped} already done, {summary.num_errors} with errors; results in {out}")
     if summary.first_error:
         print(f"first error: {summary.first_error}", file=sys.stderr)
+    if summary.num_computed and summary.num_errors == summary.num_computed:
+        # nothing of the design space ran: as bad an input as a misspelled key (a key of the grid the
+        # description does not have, a value no point accepts)
+        print("gpusim: sweep: every point failed (see the first error above)", file=sys.stderr)
+        return 2
     if summary.num_failed:
         print(f"{summary.num_failed} point(s) could not finish (workers kept dying); run again with --resume",
               file=sys.stderr)

@@ -86,7 +86,13 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
     paging_fraction = 0.0
     if not fits:
         over = peak_memory - capacity
-        if unified_memory:
+        if unified_memory and over > machine.host_memory_bytes:
+            # the overflow has nowhere to page to: like a run that does not fit, timed as if it did
+            warnings.append(
+                f"does not fit even with unified memory: the {over / 2**30:.1f} GiB over device memory "
+                f"({capacity / 2**30:.1f} GiB) exceed host memory ({machine.host_memory_bytes / 2**30:.1f} GiB); "
+                "times assume it fit")
+        elif unified_memory:
             paging_fraction = over / peak_memory
             warnings.append(
                 f"working set {peak_memory / 2**30:.1f} GiB exceeds device memory {capacity / 2**30:.1f} GiB by "
