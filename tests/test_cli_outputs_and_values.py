@@ -156,7 +156,10 @@ def test_a_key_written_twice_is_refused(tmp_path, capsys):
 def test_a_bandwidth_without_its_unit_is_refused(capsys):
     assert main(["run", HW, GEMM, "--set", "gpu.dram.bandwidth_bytes_per_s=3.35"]) == 2
     assert one_line_error(capsys) == ("gpusim: --set: gpu.dram.bandwidth_bytes_per_s: input should be greater than "
-                                      "or equal to 1000 (got 3.35)")
+                                      "or equal to 1000 (got 3.35); a bare number is in B/s: write the unit, e.g. "
+                                      "3.35 TB/s")
+    assert main(["run", HW, GEMM, "--set", "gpu.clocks.sm_clock_hz=1.98"]) == 2
+    assert one_line_error(capsys).endswith("(got 1.98); a bare number is in Hz: write the unit, e.g. 1.98 GHz")
 
 
 @pytest.mark.parametrize("column, value, message", [
@@ -226,3 +229,37 @@ def test_set_gpu_swaps_a_systems_gpu_by_name(capsys):
         "a100_sxm4_80gb").gpu.dram.capacity_bytes
     assert main(["run", "dgx_h100", "all_reduce_1gib", "--set", "gpu=xeon_8480"]) == 2
     assert one_line_error(capsys) == "gpusim: --set: gpu: 'xeon_8480' is not a gpu description"
+
+
+def test_a_run_on_a_description_without_calibration_says_its_times_are_ideal(tmp_path):
+    from gpusim.config import load_hardware
+    from gpusim.engine.simulate import simulate
+    from gpusim.workload import load_workload
+
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("schema_version: 1\nextends: h100_sxm5_80gb\nname: bare\ngpu:\n  calibration: null\n")
+    workload = load_workload(GEMM, ["ops.0.m=2048"])
+    ideal = simulate(load_hardware(bare), workload, record_spans=False)
+    fitted = simulate(load_hardware(HW), workload, record_spans=False)
+    note = [w for w in ideal.warnings if "has no calibration: block" in w]
+    assert len(note) == 1 and note[0].startswith("bare has no calibration: block")
+    assert not any("calibration" in w for w in fitted.warnings)
+    assert ideal.total_time_s < fitted.total_time_s  # datasheet peaks: faster than the fitted H100
+
+
+def test_a_memory_bound_kernel_names_the_level_that_bound_it():
+    from dataclasses import replace
+
+    from gpusim.engine.kernel import simulate_kernel
+    from gpusim.engine.machine import machine_of
+    from gpusim.config import load_hardware
+    from gpusim.mapping import best_gemm
+
+    machine = machine_of(load_hardware(HW))
+    gemv = best_gemm(machine, "gemv", "matmul", 1, 8192, 8192, 1, "bf16", 2.0 * 8192 * 8192)
+    assert simulate_kernel(gemv, machine).memory_limiter == "dram"  # a weight read once: DRAM
+    # the same square GEMM with a sixth of the L2 bandwidth: its L2 traffic binds
+    square = best_gemm(machine, "gemm", "matmul", 8192, 8192, 8192, 1, "bf16", 2.0 * 8192 ** 3)
+    starved = replace(machine, l2_bandwidth_bytes_per_s=machine.l2_bandwidth_bytes_per_s / 6)
+    timing = simulate_kernel(square, starved)
+    assert timing.bound == "memory" and timing.memory_limiter == "l2"

@@ -288,3 +288,48 @@ def test_hw_list_takes_the_kind_through_extends(capsys):
     assert rows["dgx_a100_320gb"] == rows["dgx_a100"] == "system"
     assert rows["h100_sxm5_80gb"] == "gpu" and rows["xeon_8480"] == "cpu"
     assert "?" not in rows.values()
+
+
+def _leaf_paths(data, prefix=""):
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and key != "sources":
+            yield path
+            yield from _leaf_paths(value, path + ".")
+        else:
+            yield path
+
+
+@pytest.mark.parametrize("name, kind", [("h100_sxm5_80gb", "gpu"), ("xeon_8480", "cpu"), ("dgx_h100", "system")])
+def test_hw_keys_lists_every_key_a_built_in_description_uses(name, kind):
+    from gpusim.config.library import builtin_files, read_description
+    from gpusim.config.reference import key_rows
+
+    rows = {r.path: r for r in key_rows(kind)}
+    data = read_description(builtin_files("hwconfigs")[name])
+    if kind == "system":
+        data = {k: v for k, v in data.items() if k not in ("gpu", "host_cpu")}  # references by name
+    used = set(_leaf_paths(data))
+    assert used <= set(rows), sorted(used - set(rows))
+    # a required key is present wherever the mapping that holds it is
+    for path, row in rows.items():
+        parent = path.rpartition(".")[0]
+        if kind == "system" and path.split(".")[0] in ("gpu", "host_cpu"):
+            continue  # the system names its GPU and CPU descriptions
+        if row.required and (not parent or parent in used):
+            assert path in used, path
+
+
+def test_hw_keys_names_units_defaults_and_meanings(capsys):
+    assert main(["hw", "keys"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert "bytes/s (write a unit: GB/s, TB/s, Gb/s); required" in lines["gpu.dram.bandwidth_bytes_per_s"]
+    assert "Hz (write a unit: MHz, GHz); optional. Where it was measured" in lines["gpu.clocks.sustained_tensor_clock_hz"]
+    assert "whole number; default 16. Ways per set" in lines["gpu.l2.set_associativity"]
+    assert "FLOP per cycle; optional" in lines["gpu.sm.vector_flop_per_cycle.bf16"]
+    assert "one of HBM2," in lines["gpu.dram.type"] and "HBM4" in lines["gpu.dram.type"]
+    assert main(["hw", "keys", "--kind", "system", "--json"]) == 0
+    keys = {row["key"]: row for row in json.loads(capsys.readouterr().out)}
+    assert keys["intra_node.topology"]["value"] == "one of nvswitch, full_mesh, ring, pcie_switch"
+    assert keys["num_nodes"] == {"key": "num_nodes", "value": "whole number", "required": False, "default": 1,
+                                 "doc": ""}

@@ -33,6 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (SI units)")
     p.set_defaults(func=cmd_show)
 
+    p = hw_sub.add_parser("keys", help="every key a description can have: unit, required or default, meaning",
+                          epilog="Example: gpusim hw keys --kind gpu | grep dram")
+    p.add_argument("--kind", choices=("gpu", "cpu", "system"), default="gpu",
+                   help="which kind of description (default gpu)")
+    p.add_argument("--json", action="store_true", help="print one JSON list")
+    p.set_defaults(func=cmd_keys)
+
     p = hw_sub.add_parser("compare", help="side-by-side table of derived numbers",
                           epilog="Example: gpusim hw compare v100_sxm2_32gb a100_sxm4_80gb h100_sxm5_80gb")
     p.add_argument("hardware", metavar="NAME_OR_PATH", nargs="+")
@@ -50,6 +57,22 @@ def non_negative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
     return value
+
+
+def cmd_keys(args: argparse.Namespace) -> int:
+    from gpusim.config.reference import key_rows
+
+    rows = key_rows(args.kind)
+    if args.json:
+        print(json.dumps([{"key": r.path, "value": r.kind, "required": r.required, "default": r.default,
+                           "doc": r.doc} for r in rows], indent=2, default=str))
+        return 0
+    width = max(len(r.path) for r in rows)
+    for r in rows:
+        need = "required" if r.required else ("optional" if r.default is None else f"default {r.default}")
+        line = f"{r.path:<{width}}  {r.kind}; {need}"
+        print(line + (f". {r.doc}" if r.doc else ""))
+    return 0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -79,6 +102,8 @@ _ROWS: list[tuple[str, str, str]] = [
     ("dram_bandwidth_bytes_per_s", "DRAM bandwidth", "bytes_per_s"),
     ("dram_capacity_bytes", "DRAM capacity", "bytes"),
     ("l2_capacity_bytes", "L2 capacity", "bytes"),
+    ("l2_bandwidth_bytes_per_s", "L2 bandwidth", "bytes_per_s"),
+    ("shared_bandwidth_bytes_per_s", "shared memory bandwidth", "bytes_per_s"),
     ("llc_capacity_bytes", "last-level cache", "bytes"),
     ("ridge_point_flop_per_byte.fp32", "ridge FP32 (FLOP/B)", "dimensionless"),
     ("ridge_point_flop_per_byte.bf16", "ridge BF16 (FLOP/B)", "dimensionless"),

@@ -179,4 +179,6 @@ def print_summary(result) -> None:
         print(f"  {k.name[:44]:<44} {format_quantity(k.time_s, 's'):>10} {k.achieved_flop_per_s / 1e12:8.1f} "
               f"{(k.dram_bytes / k.time_s / 1e9 if k.time_s else 0):7.0f} {k.l2_hit_fraction:6.0%} {k.bound}"
               + (f" ({k.plan['compute_limiter']})" if k.bound == "compute" and k.plan.get("compute_limiter") else "")
+              + (f" ({k.plan['memory_limiter'].upper()})" if k.bound == "memory"
+                 and k.plan.get("memory_limiter") else "")
               + (" [warp MMA]" if k.plan.get("warp_mma") else ""))

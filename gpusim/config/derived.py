@@ -101,6 +101,10 @@ def summary(desc: HardwareDescription) -> dict[str, Any]:
             for d, v in out["matrix_peak_flop_per_s"].items() if d != "fp64"
         } if device.tensor_core is not None else {}
         out["register_file_bytes"] = device.sm.register_file_bytes * device.num_sms
+        out["l2_bandwidth_bytes_per_s"] = device.l2.bandwidth_bytes_per_s
+        # every SM's L1 (or, where it is a separate array, shared-memory) port at the SM clock
+        shared = device.l1.shared_bandwidth_bytes_per_cycle_per_sm or device.l1.bandwidth_bytes_per_cycle_per_sm
+        out["shared_bandwidth_bytes_per_s"] = shared * device.clocks.sm_clock_hz * device.num_sms
         out["host_link_bandwidth_bytes_per_s"] = device.host_link.bandwidth_bytes_per_s
         if device.peer_links is not None:
             out["peer_bandwidth_bytes_per_s"] = device.peer_links.num_links * device.peer_links.link_bandwidth_bytes_per_s

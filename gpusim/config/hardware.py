@@ -245,7 +245,9 @@ class LastLevelCacheSpec(Spec):
     latency_s: Seconds
 
 
-DramType = Literal["HBM2", "HBM2e", "HBM3", "HBM3e", "GDDR5", "GDDR6", "GDDR6X", "LPDDR5", "DDR4", "DDR5"]
+DramType = Literal["HBM2", "HBM2e", "HBM3", "HBM3e", "HBM4", "HBM4e", "GDDR5", "GDDR6", "GDDR6X", "GDDR7", "LPDDR5",
+                   "LPDDR5X", "LPDDR6", "DDR4", "DDR5", "DDR6"]
+"""A label (reports name it): the model reads the memory's capacity, bandwidth and latency, not its type."""
 
 
 class DramSpec(Spec):

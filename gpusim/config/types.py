@@ -21,7 +21,7 @@ def field_error(field: str, message: str) -> ValueError:
 class Spec(BaseModel):
     """Base of every spec: frozen, unknown keys rejected, no coercion of strings to numbers."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True, use_attribute_docstrings=True)
 
 
 def _quantity_parser(dimension: str):

@@ -403,6 +403,13 @@ class KernelTiming:
     """Of the time the CTAs' own work paced the kernel: what paced it most (``matrix`` or ``vector``
     pipe, ``shared_memory``, ``sfu``); None if memory or latency paced every wave."""
 
+    @property
+    def memory_limiter(self) -> str | None:
+        """Of the time a shared memory level paced the kernel, the level that paced it most (``dram``,
+        ``l2``, ``llc``); None if none did."""
+        levels = {k: t for k, t in self.limiter_time_s if k in ("dram", "l2", "llc") and t > 0}
+        return max(levels, key=lambda k: levels[k]) if levels else None
+
 
 def _classify(limiter_time: dict[str, float], prologue_s: float) -> str:
     buckets = {"compute": 0.0, "memory": 0.0, "latency": prologue_s}

@@ -49,6 +49,17 @@ class Calibration:
     retirement), in SM clock cycles, which CTAs that each touch a few bytes cannot hide; 0 = none."""
     source: str = "uncalibrated (datasheet values)"
 
+    @property
+    def fitted(self) -> bool:
+        """Whether a ``calibration:`` block set these factors (False: datasheet physics, ideal rates)."""
+        return self.source != Calibration.source
+
+
+def uncalibrated_note(name: str) -> str:
+    """The warning a run on a description without a ``calibration:`` block carries."""
+    return (f"{name} has no calibration: block, so its rates are datasheet peaks and its times ideal, not "
+            "comparable with calibrated descriptions (`gpusim calibrate` fits one from measurements)")
+
 
 NATIVE_ONLY_MATRIX_DTYPES = frozenset({"fp8", "fp4"})
 """Matrix inputs that Hopper-class tensor cores take only through their native instructions."""

@@ -19,7 +19,7 @@ import simpy
 from gpusim.config.derived import peak_flop_per_s
 from gpusim.config.hardware import HardwareDescription
 from gpusim.engine.kernel import KernelTiming, simulate_kernel
-from gpusim.engine.machine import Machine, machine_of
+from gpusim.engine.machine import Machine, machine_of, uncalibrated_note
 from gpusim.errors import SimulationError
 from gpusim.mapping import LINK_CATEGORIES, map_op
 from gpusim.results.result import KernelRecord, SimulationResult, Span
@@ -77,6 +77,8 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
     if getattr(getattr(workload, "spec", None), "tensor_instructions", "native") == "warp_mma":
         machine = machine.with_warp_mma_libraries()
     warnings: list[str] = list(notes)
+    if not machine.calibration.fitted and uncalibrated_note(machine.name) not in warnings:
+        warnings.append(uncalibrated_note(machine.name))
 
     # ---- memory: does it fit? ---------------------------------------------------------------
     memory = getattr(workload, "memory", None)
@@ -257,7 +259,8 @@ def _timeline(machine: Machine, items: list[_Item], paging_fraction: float, laun
             breakdown["paging"] += repeat * paging_s
             breakdown["launch"] += max(0.0, gap - device_gap) + (duration - busy)
             records.append(_record(it, start, duration, repeat, bound,
-                                   {**it.plan.describe(), "compute_limiter": timing.compute_limiter}, gap))
+                                   {**it.plan.describe(), "compute_limiter": timing.compute_limiter,
+                                    "memory_limiter": timing.memory_limiter}, gap))
             if record_spans:
                 spans.append(Span("stream 0", it.plan.name, start, env.now,
                                   (("bound", bound), ("repeat", repeat))))
