@@ -185,3 +185,19 @@ def format_quantity(value: float, dimension: str, digits: int = 4) -> str:
         if abs(value) >= factor:
             return f"{value / factor:.{digits}g} {prefix}{unit}".strip()
     return f"{value:.{digits}g} {unit}".strip()
+
+
+KEY_UNITS = (("_bytes_per_s", "bytes/s", "3.35 TB/s"), ("_j_per_flop", "J/FLOP", "0.3 pJ/FLOP"),
+             ("_j_per_byte", "J/byte", "5 pJ/B"), ("_usd_per_s", "USD/s", "2.69 USD/h"), ("_hz", "Hz", "1.98 GHz"),
+             ("_bytes", "bytes", "80 GiB"), ("_w", "W", "700 W"), ("_s", "seconds", "600 ns"))
+"""(name suffix, SI unit, an example with a unit) of the quantity keys: the unit a key's name gives
+(the naming rule), which a bare number in it is read in."""
+
+
+def key_unit(name: str) -> tuple[str, str] | None:
+    """(SI unit, example) of a quantity key by its name's suffix (``max_shared_bytes_per_cta`` is a
+    size in bytes too); None for a key that is not a quantity."""
+    for suffix, unit, example in KEY_UNITS:
+        if name.endswith(suffix) or (suffix == "_bytes" and name.endswith("_bytes_per_cta")):
+            return unit, example
+    return None

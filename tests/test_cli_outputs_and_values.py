@@ -156,7 +156,7 @@ def test_a_key_written_twice_is_refused(tmp_path, capsys):
 def test_a_bandwidth_without_its_unit_is_refused(capsys):
     assert main(["run", HW, GEMM, "--set", "gpu.dram.bandwidth_bytes_per_s=3.35"]) == 2
     assert one_line_error(capsys) == ("gpusim: --set: gpu.dram.bandwidth_bytes_per_s: input should be greater than "
-                                      "or equal to 1000 (got 3.35); a bare number is in B/s: write the unit, e.g. "
+                                      "or equal to 1000 (got 3.35); a bare number is in bytes/s: write the unit, e.g. "
                                       "3.35 TB/s")
     assert main(["run", HW, GEMM, "--set", "gpu.clocks.sm_clock_hz=1.98"]) == 2
     assert one_line_error(capsys).endswith("(got 1.98); a bare number is in Hz: write the unit, e.g. 1.98 GHz")

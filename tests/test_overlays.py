@@ -323,8 +323,11 @@ def test_hw_keys_lists_every_key_a_built_in_description_uses(name, kind):
 def test_hw_keys_names_units_defaults_and_meanings(capsys):
     assert main(["hw", "keys"]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
-    assert "bytes/s (write a unit: GB/s, TB/s, Gb/s); required" in lines["gpu.dram.bandwidth_bytes_per_s"]
-    assert "Hz (write a unit: MHz, GHz); optional. Where it was measured" in lines["gpu.clocks.sustained_tensor_clock_hz"]
+    assert "bytes/s (a number with a unit, e.g. 3.35 TB/s); required" in lines["gpu.dram.bandwidth_bytes_per_s"]
+    assert "Hz (a number with a unit, e.g. 1.98 GHz); optional. Where it was measured" in \
+        lines["gpu.clocks.sustained_tensor_clock_hz"]
+    assert "bytes per cycle; required" in lines["gpu.l1.bandwidth_bytes_per_cycle_per_sm"]
+    assert "bytes (a number with a unit, e.g. 80 GiB); required" in lines["gpu.sm.max_shared_bytes_per_cta"]
     assert "whole number; default 16. Ways per set" in lines["gpu.l2.set_associativity"]
     assert "FLOP per cycle; optional" in lines["gpu.sm.vector_flop_per_cycle.bf16"]
     assert "one of HBM2," in lines["gpu.dram.type"] and "HBM4" in lines["gpu.dram.type"]

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from gpusim.config.types import FIELD_MARK
 from gpusim.errors import ConfigError
+from gpusim.units import key_unit
 
 SET_SOURCE = "--set"
 
@@ -193,11 +194,6 @@ def _describe_input(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-_SI_UNITS_OF_SUFFIX = (("_bytes_per_s", ("B/s", "3.35 TB/s")), ("_hz", ("Hz", "1.98 GHz")),
-                       ("_bytes", ("bytes", "80 GiB")), ("_w", ("W", "700 W")), ("_s", ("seconds", "600 ns")))
-"""SI unit and an example, by key-name suffix: what a bare number too small for its key most likely lacks."""
-
-
 def validation_message(model: type[BaseModel], error: Mapping[str, Any]) -> tuple[str, str]:
     """(key path, message) for one pydantic error dict."""
     loc = [p for p in error["loc"] if not (isinstance(p, str) and p.startswith("function-"))]
@@ -224,7 +220,7 @@ def validation_message(model: type[BaseModel], error: Mapping[str, Any]) -> tupl
         given = error.get("input")
         unit_note = " in SI units" if isinstance(given, str) else ""
         hint = ""
-        unit = next((u for suffix, u in _SI_UNITS_OF_SUFFIX if str(loc[-1]).endswith(suffix)), None) if loc else None
+        unit = key_unit(str(loc[-1])) if loc else None
         if unit and kind.startswith("greater") and isinstance(given, (int, float)) and not isinstance(given, bool):
             hint = f"; a bare number is in {unit[0]}: write the unit, e.g. {unit[1]}"
         return path, f"{msg[0].lower() + msg[1:]}{unit_note} (got {_describe_input(given)}){hint}"

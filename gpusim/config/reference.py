@@ -12,22 +12,18 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from gpusim.config.hardware import DESCRIPTION_CLASSES
+from gpusim.units import key_unit
 
-_UNIT_OF_NAME = (("_bytes_per_s", "bytes/s (write a unit: GB/s, TB/s, Gb/s)"),
-                 ("_bytes_per_cycle", "bytes per cycle"),
-                 ("_flop_per_cycle", "FLOP per cycle"), ("_j_per_flop", "J/FLOP (pJ/FLOP)"),
-                 ("_j_per_byte", "J/byte (pJ/B)"), ("_usd_per_s", "USD/s (USD/h)"),
-                 ("_hz", "Hz (write a unit: MHz, GHz)"), ("_bytes", "bytes (write a unit: KiB, MB, GiB)"),
-                 ("_w", "W"), ("_s", "seconds (write a unit: ns, us, ms)"), ("_fraction", "fraction"),
-                 ("_cycles", "cycles"))
-"""A quantity key's unit, by the part of its name that says it (the project's naming rule)."""
+_COUNTS = (("_flop_per_cycle", "FLOP per cycle"), ("_bytes_per_cycle", "bytes per cycle"),
+           ("_fraction", "fraction"), ("_cycles", "cycles"))
+"""Keys that count something other than an SI quantity, by the part of their name that says what."""
 
 
 def _unit(name: str) -> str | None:
-    for part, unit in _UNIT_OF_NAME:
-        if name.endswith(part) or (part in ("_bytes", "_bytes_per_cycle", "_flop_per_cycle") and part + "_" in name):
-            return unit
-    return None
+    si = key_unit(name)
+    if si is not None:
+        return f"{si[0]} (a number with a unit, e.g. {si[1]})"
+    return next((what for part, what in _COUNTS if part in name), None)
 
 
 @dataclass(frozen=True)
