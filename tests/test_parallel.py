@@ -46,3 +46,21 @@ def test_expert_sharding_keeps_routed_tokens_and_splits_experts():
     assert up4.op.batch == 2 and up4.op.m == 4 * up.op.m
     assert up4.op.flop() == pytest.approx(up.op.flop())  # same routed tokens per GPU
     assert up4.num_parameters == up.num_parameters // 4
+
+
+def test_questionable_layouts_run_with_a_warning():
+    from gpusim.config import load_hardware
+    from gpusim.engine.cluster import simulate_system
+    from gpusim.workload import load_workload
+
+    hw = load_hardware("dgx_h100")
+    wl = load_workload("gpt2_large_train", ["config.num_layers=8", "batch_size=1", "parallelism.pipeline=4",
+                                            "parallelism.data=2", "parallelism.microbatches=2",
+                                            "parallelism.zero_stage=3"])
+    warnings = simulate_system(hw, wl).warnings
+    assert any("2 micro-batches for 4 pipeline stages" in w and "= 60%" in w for w in warnings)
+    assert any("zero_stage 3 with pipeline parallelism" in w for w in warnings)
+    fine = load_workload("gpt2_large_train", ["config.num_layers=8", "batch_size=1", "parallelism.pipeline=4",
+                                              "parallelism.data=2", "parallelism.microbatches=8",
+                                              "parallelism.zero_stage=1"])
+    assert not any("pipeline" in w for w in simulate_system(hw, fine).warnings)

@@ -81,3 +81,20 @@ def test_fits():
     gpt3 = load_workload("gpt3_175b_train")
     ok, short = fits(gpt3.memory, 80 * 2**30)
     assert not ok and short > 2e12
+
+
+@pytest.mark.parametrize("schedule, virtual, in_flight", [("1f1b", 1, 4), ("gpipe", 1, 16),
+                                                          ("interleaved", 2, 4 + 3 / 2)])
+def test_pipeline_stage_holds_its_schedules_micro_batches_in_flight(schedule, virtual, in_flight):
+    """The first of 4 stages holds min(p, m) micro-batches under 1F1B, all m under GPipe and
+    p + (p - 1) / v under the interleaved schedule; its layers are a quarter of the model's."""
+    common = ["config.num_layers=8", "parallelism.pipeline=4", "batch_size=1"]
+    one = load_workload("gpt2_large_train", ["config.num_layers=8", "batch_size=1"]).memory.activations_bytes
+    staged = load_workload("gpt2_large_train", common + [
+        "parallelism.microbatches=16", f"parallelism.schedule={schedule}",
+        f"parallelism.virtual_stages={virtual}"]).memory.activations_bytes
+    assert staged == pytest.approx(one * in_flight / 4, rel=1e-9)
+    # micro-batches given as gradient accumulation hold the same
+    if schedule == "1f1b":
+        accumulated = load_workload("gpt2_large_train", common + ["gradient_accumulation_steps=16"])
+        assert accumulated.memory.activations_bytes == pytest.approx(staged)

@@ -668,6 +668,14 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
     )
     if lm and par.zero_stage == 3 and d * cp == 1:
         warnings.append("zero_stage 3 with data 1 shards nothing")
+    if p > 1 and m < p:
+        warnings.append(f"{m} micro-batches for {p} pipeline stages: every stage idles while the pipeline fills "
+                        f"and drains, so most of the step is bubble ((p - 1) / (m + p - 1) = {(p - 1) / (m + p - 1):.0%} "
+                        "on uniform stages); use at least as many micro-batches as stages")
+    if p > 1 and par.zero_stage >= 2:
+        warnings.append(f"zero_stage {par.zero_stage} with pipeline parallelism: DeepSpeed and Megatron-LM allow only "
+                        "ZeRO-1 (optimizer state) under a pipeline; gpusim simulates the stage as without one "
+                        "(stage 3 gathers the weights and reduce-scatters the gradients on every micro-batch)")
     stats = run_step(fabric, stages, lp, record_spans=record_spans)
     return _training_result(hardware, workload, stats, n_gpus, m, kernels, warnings, fabric, launch_mode)
 

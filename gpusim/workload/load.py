@@ -19,7 +19,8 @@ from gpusim.workload.expand import (
 )
 from gpusim.workload.graph import GraphError, OpNode, WorkloadGraph, chain, order_nodes
 from gpusim.workload.layers import ModelError
-from gpusim.workload.memory import LIBRARY_WORKSPACE_BYTES, MemoryFootprint, model_states
+from gpusim.workload.memory import (LIBRARY_WORKSPACE_BYTES, MemoryFootprint, model_states,
+                                    pipeline_microbatches_in_flight)
 from gpusim.workload.models import CONFIG_CLASSES
 from gpusim.workload.models import cnn, mlp, resnet
 from gpusim.workload.models import transformer as T
@@ -375,7 +376,8 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
             grad_bytes=dtype_bytes(p.grad_dtype), optimizer_state_bytes=state, tensor=par.tensor,
             pipeline=par.pipeline, data=par.data * par.context, zero_stage=par.zero_stage)
         activations = training_activation_bytes(layers, fusion=spec.fusion, checkpointing=spec.activation_checkpointing)
-        in_flight = min(par.pipeline, ga)
+        in_flight = pipeline_microbatches_in_flight(par.schedule, par.pipeline, par.microbatches or ga,
+                                                    par.virtual_stages)
         activations = activations / (par.tensor * par.context) * in_flight / par.pipeline
     else:
         weights, grads, optim = model_states(num_parameters, training=False,

@@ -13,7 +13,8 @@ parallel GPUs. Activations are split over t (tensor parallelism with sequence pa
 Korthikanti et al. 2022) and over the context-parallel GPUs c, each of which holds 1/c of every
 sequence (ZeRO then shards over the data x context GPUs, which all hold the same weights); under
 the 1F1B pipeline schedule the first stage holds min(p, micro-batches) micro-batches of 1/p of the
-layers. The KV cache is split over min(t, kv_heads) and p.
+layers (GPipe all of them, the interleaved schedule p + (p - 1) / v; see
+:func:`pipeline_microbatches_in_flight`). The KV cache is split over min(t, kv_heads) and p.
 """
 
 from __future__ import annotations
@@ -48,6 +49,21 @@ def fits(footprint: MemoryFootprint, capacity_bytes: float) -> tuple[bool, float
     """(True, 0) when the footprint fits in ``capacity_bytes``; otherwise (False, bytes missing)."""
     shortfall = footprint.total_bytes - capacity_bytes
     return (shortfall <= 0, max(0.0, shortfall))
+
+
+def pipeline_microbatches_in_flight(schedule: str, stages: int, microbatches: int, virtual_stages: int = 1) -> float:
+    """Micro-batches whose activations the first pipeline stage holds at its peak, in units of one
+    micro-batch through all the stage's layers: GPipe runs every forward before any backward (all
+    m); 1F1B starts a backward after p forwards (min(p, m)); the interleaved schedule's first stage
+    warms up (p - 1) more model chunks of 1/v of its layers, p (1 + (p - 1) / (p v)) micro-batches
+    (Korthikanti et al. 2022, section 4.2.3). One stage: one micro-batch at a time."""
+    if stages <= 1:
+        return 1.0
+    if schedule == "gpipe":
+        return float(microbatches)
+    if schedule == "interleaved":
+        return min(float(microbatches), stages + (stages - 1) / virtual_stages)
+    return float(min(stages, microbatches))
 
 
 def model_states(num_parameters: int, *, training: bool, weight_bytes: float, grad_bytes: float,
