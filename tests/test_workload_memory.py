@@ -98,3 +98,24 @@ def test_pipeline_stage_holds_its_schedules_micro_batches_in_flight(schedule, vi
     if schedule == "1f1b":
         accumulated = load_workload("gpt2_large_train", common + ["gradient_accumulation_steps=16"])
         assert accumulated.memory.activations_bytes == pytest.approx(staged)
+
+
+@pytest.mark.parametrize("checkpointing, without_sp, with_sp", [
+    ("none", 10 + 24 / 4 + 5 * 20 * 1024 / (1280 * 4), (34 + 5 * 20 * 1024 / 1280) / 4),
+    ("selective", 10 + 24 / 4, 34 / 4),
+])
+def test_tensor_parallel_activations_with_and_without_sequence_parallelism(checkpointing, without_sp, with_sp):
+    """Korthikanti et al. 2022, Table 2, per layer in units of s*b*h bytes at tensor 4: without sequence
+    parallelism the norms' inputs, the QKV and FC1 inputs and two dropout masks (10) stay whole on each
+    rank; with it everything is split. GPT-2 Large: s 1024, b 4, h 1280, a 20, 36 layers; the
+    embedding and the head add a few percent."""
+    s, b, h, layers = 1024, 4, 1280, 36
+    got = {}
+    for sp in (False, True):
+        w = load_workload("gpt2_large_train", ["fusion=none", "parallelism.tensor=4", f"activation_checkpointing={checkpointing}",
+                                               f"parallelism.sequence_parallel={str(sp).lower()}"])
+        got[sp] = w.memory.activations_bytes / (layers * s * b * h)
+    assert got[False] == pytest.approx(without_sp, rel=0.08) and got[False] > without_sp
+    assert got[True] == pytest.approx(with_sp, rel=0.08) and got[True] > with_sp
+    # the difference is exactly the 10 units kept whole, less their quarter
+    assert got[False] - got[True] == pytest.approx(10 * (1 - 1 / 4), rel=0.02)

@@ -31,7 +31,8 @@ from dataclasses import replace
 from typing import Sequence
 
 from gpusim.workload.graph import OpNode
-from gpusim.workload.layers import FwdOp, Layer, attention_kept_bytes, kept_when_recomputed, saved_bytes
+from gpusim.workload.layers import (FwdOp, Layer, attention_kept_bytes, kept_when_recomputed,
+                                   replicated_without_sequence_parallel, saved_bytes)
 from gpusim.workload.ops import (
     EAGER_COMPOSITIONS,
     ELEMENTWISE_FUNCTIONS,
@@ -365,30 +366,40 @@ def forward_nodes(layers: Sequence[Layer], *, fusion: str, phase: str, prefix: s
 # ------------------------------------------------------------------------------ activations
 
 
-def training_activation_bytes(layers: Sequence[Layer], *, fusion: str, checkpointing: str) -> float:
-    """Activation bytes stored by the forward of one micro-batch (see :func:`saved_bytes`).
+def training_activation_bytes(layers: Sequence[Layer], *, fusion: str, checkpointing: str, tensor: int = 1,
+                              sequence_parallel: bool = True) -> float:
+    """Activation bytes one tensor rank stores in the forward of one micro-batch (see :func:`saved_bytes`).
 
     ``full``: each checkpointable layer keeps only its input, plus the full activations of one layer
     while it is recomputed; ``selective``: the recompute groups (the attention core) keep only their
-    inputs."""
+    inputs. Tensor parallelism over ``tensor`` ranks splits them all with ``sequence_parallel``;
+    without it the norms' inputs, the column-parallel GEMMs' input, the dropout masks on the hidden
+    state and a checkpointed layer's input stay whole on every rank
+    (:func:`replicated_without_sequence_parallel`)."""
     lower = Lowering(fusion, training=True)
-    per_layer: dict[int, tuple[float, float]] = {}
-    total = 0.0
-    largest_recomputed = 0.0
+    per_layer: dict[int, tuple[float, float, float]] = {}
+    split = whole = 0.0  # bytes split over the tensor ranks / kept whole on each
+    largest_recomputed = (0.0, 0.0)
     for layer in layers:
         key = id(layer.ops)
         if key not in per_layer:
             lowered = lower(layer)
-            per_layer[key] = (sum(saved_bytes(f) for f in lowered), sum(kept_when_recomputed(f) for f in lowered))
-        full, selective = per_layer[key]
+            per_layer[key] = (sum(saved_bytes(f) for f in lowered), sum(kept_when_recomputed(f) for f in lowered),
+                              sum(replicated_without_sequence_parallel(f) for f in lowered))
+        full, selective, replicated = per_layer[key]
         if checkpointing == "full" and layer.checkpointable:
-            total += layer.input_bytes
-            largest_recomputed = max(largest_recomputed, full)
-        elif checkpointing == "selective":
-            total += selective
+            whole += layer.input_bytes
+            if full > sum(largest_recomputed):
+                largest_recomputed = (full - replicated, replicated)
         else:
-            total += full
-    return total + largest_recomputed
+            kept = selective if checkpointing == "selective" else full
+            split += kept - replicated
+            whole += replicated
+    split += largest_recomputed[0]
+    whole += largest_recomputed[1]
+    if sequence_parallel:
+        return (split + whole) / tensor
+    return split / tensor + whole
 
 
 def inference_activation_bytes(layers: Sequence[Layer], fusion: str) -> float:

@@ -143,9 +143,37 @@ def kept_when_recomputed(f: FwdOp) -> float:
     return min(f.kept_bytes, saved_bytes(f))
 
 
+COLUMN_PARALLEL_GEMMS = ("qkv", "fc1")
+"""A transformer block's GEMMs that tensor parallelism splits by columns: their input, the norm's
+output, is the whole hidden state on every tensor rank unless sequence parallelism splits it."""
+
+ROW_PARALLEL_GEMMS = ("proj", "fc2")
+"""The GEMMs split by rows: what follows them (bias, dropout, residual) runs on the whole hidden state."""
+
+
+def replicated_without_sequence_parallel(f: FwdOp) -> float:
+    """The part of ``saved_bytes(f)`` that every tensor rank keeps whole when tensor parallelism runs
+    without sequence parallelism (Megatron-LM; Korthikanti et al. 2022, section 4.2.2: the norms'
+    inputs, the column-parallel GEMMs' input and the dropout masks after the row-parallel GEMMs, 10 of
+    the 34 s b h bytes of a GPT block). Ops are matched by the block's op names (a fused kernel keeps
+    the name of the GEMM or elementwise op it starts with)."""
+    op = f.op
+    if isinstance(op, (LayerNorm, RMSNorm)):
+        return saved_bytes(f)
+    base = f.name.split("_")[0]
+    if isinstance(op, Matmul) and f.name in COLUMN_PARALLEL_GEMMS:
+        return op.batch * op.m * op.k * dtype_bytes(op.dtype)
+    if isinstance(op, Matmul) and f.name in ROW_PARALLEL_GEMMS:
+        return sum(op.batch * op.m * op.n * MASK_BYTES for fn in op.epilogue if ELEMENTWISE_FUNCTIONS[fn].saves == "mask")
+    if isinstance(op, Elementwise) and base in ROW_PARALLEL_GEMMS:
+        return saved_bytes(f)
+    return 0.0
+
+
 def attention_kept_bytes(op: Attention) -> float:
     """Q, K and V: the inputs a recomputed attention core needs."""
     return op._q_bytes() + 2 * op._kv_bytes()
 
 
-__all__ = ["ModelError", "FwdOp", "Layer", "saved_bytes", "kept_when_recomputed", "attention_kept_bytes", "STATS_BYTES"]
+__all__ = ["ModelError", "FwdOp", "Layer", "saved_bytes", "kept_when_recomputed", "attention_kept_bytes", "STATS_BYTES",
+           "replicated_without_sequence_parallel"]

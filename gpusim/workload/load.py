@@ -375,10 +375,11 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
             num_parameters, training=True, weight_bytes=dtype_bytes(p.weight_dtype),
             grad_bytes=dtype_bytes(p.grad_dtype), optimizer_state_bytes=state, tensor=par.tensor,
             pipeline=par.pipeline, data=par.data * par.context, zero_stage=par.zero_stage)
-        activations = training_activation_bytes(layers, fusion=spec.fusion, checkpointing=spec.activation_checkpointing)
+        activations = training_activation_bytes(layers, fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
+                                                tensor=par.tensor, sequence_parallel=par.sequence_parallel)
         in_flight = pipeline_microbatches_in_flight(par.schedule, par.pipeline, par.microbatches or ga,
                                                     par.virtual_stages)
-        activations = activations / (par.tensor * par.context) * in_flight / par.pipeline
+        activations = activations / par.context * in_flight / par.pipeline
     else:
         weights, grads, optim = model_states(num_parameters, training=False,
                                              weight_bytes=dtype_bytes(p.inference_weight_dtype),

@@ -9,7 +9,8 @@ elsewhere.
 
 Sharding with a parallel layout: tensor (t) and pipeline (p) parallelism split the model states over
 t*p GPUs; ZeRO stage 1/2/3 further splits optimizer states / + gradients / + weights over the data-
-parallel GPUs. Activations are split over t (tensor parallelism with sequence parallelism,
+parallel GPUs. Activations are split over t (with sequence parallelism all of them; without it the
+norms' inputs, the column-parallel GEMMs' input and the dropout masks stay whole on every rank,
 Korthikanti et al. 2022) and over the context-parallel GPUs c, each of which holds 1/c of every
 sequence (ZeRO then shards over the data x context GPUs, which all hold the same weights); under
 the 1F1B pipeline schedule the first stage holds min(p, micro-batches) micro-batches of 1/p of the
