@@ -119,3 +119,24 @@ def test_tensor_parallel_activations_with_and_without_sequence_parallelism(check
     assert got[True] == pytest.approx(with_sp, rel=0.08) and got[True] > with_sp
     # the difference is exactly the 10 units kept whole, less their quarter
     assert got[False] - got[True] == pytest.approx(10 * (1 - 1 / 4), rel=0.02)
+
+
+def test_expert_parallelism_splits_the_experts_states(tmp_path):
+    """4 layers x 8 experts x (1024 x 4096 + 2048 x 1024) expert weights = 201,326,592 parameters (2 bytes
+    each in BF16): expert parallelism e keeps 1/e of them per GPU; the dense weights stay whole."""
+    path = tmp_path / "moe.yaml"
+    path.write_text("schema_version: 1\nname: moe\nmodel: llama\nconfig: {num_layers: 4, hidden_size: 1024, "
+                    "num_heads: 16, num_kv_heads: 8, ffn_hidden_size: 2048, num_experts: 8, top_k: 2, seq_len: 1024, "
+                    "vocab_size: 32000}\nmode: train\nbatch_size: 1\nprecision: bf16\noptimizer: adamw\n")
+    expert_bytes = 4 * 8 * (1024 * 4096 + 2048 * 1024) * 2
+    weights = {e: load_workload(path, ["parallelism.data=8", f"parallelism.expert={e}"]).memory.weights_bytes
+               for e in (1, 2, 8)}
+    assert weights[1] - weights[2] == pytest.approx(expert_bytes / 2)
+    assert weights[1] - weights[8] == pytest.approx(expert_bytes * 7 / 8)
+    # ZeRO-1 shards the experts' optimizer states over the 8 / e GPUs that hold the same experts: 1/8
+    # of them per GPU whatever e is, as without expert parallelism
+    optim = {e: load_workload(path, ["parallelism.data=8", f"parallelism.expert={e}", "parallelism.zero_stage=1"]
+                              ).memory.optimizer_bytes for e in (1, 2, 8)}
+    assert optim[1] == pytest.approx(optim[2]) and optim[1] == pytest.approx(optim[8])
+    unsharded = load_workload(path, ["parallelism.data=8"]).memory.optimizer_bytes
+    assert unsharded == pytest.approx(8 * optim[1])

@@ -57,6 +57,8 @@ class FwdOp:
     kept_bytes: float = 0.0
     attention_dropout: bool = False
     loss: bool = False
+    expert: bool = False
+    """The op's weights are a mixture-of-experts layer's experts, which expert parallelism splits."""
 
 
 @dataclass(frozen=True)

@@ -371,10 +371,16 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
     if training:
         state = OptimizerUpdate(num_parameters=1, optimizer=spec.optimizer_name, dtype=p.weight_dtype,
                                 master_weights=p.master_weights).state_bytes_per_parameter()
-        weights, grads, optim = model_states(
-            num_parameters, training=True, weight_bytes=dtype_bytes(p.weight_dtype),
-            grad_bytes=dtype_bytes(p.grad_dtype), optimizer_state_bytes=state, tensor=par.tensor,
-            pipeline=par.pipeline, data=par.data * par.context, zero_stage=par.zero_stage)
+        # a mixture-of-experts layer's experts are split over the expert-parallel GPUs, and ZeRO shards
+        # them over the data-parallel GPUs that hold the same experts (data / expert)
+        expert_params = sum(f.num_parameters for layer in layers for f in layer.ops if f.expert)
+        states = [model_states(
+            n, training=True, weight_bytes=dtype_bytes(p.weight_dtype), grad_bytes=dtype_bytes(p.grad_dtype),
+            optimizer_state_bytes=state, tensor=par.tensor * split, pipeline=par.pipeline, data=data,
+            zero_stage=par.zero_stage)
+            for n, split, data in ((num_parameters - expert_params, 1, par.data * par.context),
+                                   (expert_params, par.expert, par.data // par.expert))]
+        weights, grads, optim = (sum(parts) for parts in zip(*states))
         activations = training_activation_bytes(layers, fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
                                                 tensor=par.tensor, sequence_parallel=par.sequence_parallel)
         in_flight = pipeline_microbatches_in_flight(par.schedule, par.pipeline, par.microbatches or ga,

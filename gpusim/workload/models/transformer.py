@@ -237,10 +237,10 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
         o.add("dispatch", Copy(num_bytes=routed * h * dtype_bytes(p.activation_dtype), dtype=p.activation_dtype))
         per_expert = math.ceil(routed / E)
         o.add("experts_up", Matmul(m=per_expert, n=up, k=h, batch=E, b_batch=E, dtype=p.matmul_dtype),
-              num_parameters=E * h * up, weight=True)
+              num_parameters=E * h * up, weight=True, expert=True)
         o.ew("experts_act", r.activation, E * per_expert * ffn)
         o.add("experts_down", Matmul(m=per_expert, n=h, k=ffn, batch=E, b_batch=E, dtype=p.matmul_dtype),
-              num_parameters=E * ffn * h, weight=True)
+              num_parameters=E * ffn * h, weight=True, expert=True)
         o.ew("combine", "mul", routed * h)
         o.add("gather", Copy(num_bytes=routed * h * dtype_bytes(p.activation_dtype), dtype=p.activation_dtype))
     else:
