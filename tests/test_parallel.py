@@ -64,3 +64,21 @@ def test_questionable_layouts_run_with_a_warning():
                                               "parallelism.data=2", "parallelism.microbatches=8",
                                               "parallelism.zero_stage=1"])
     assert not any("pipeline" in w for w in simulate_system(hw, fine).warnings)
+
+
+def test_tensor_parallel_inference_reports_its_link_utilization():
+    from gpusim.config import load_hardware
+    from gpusim.engine.cluster import simulate_system
+    from gpusim.workload import load_workload
+
+    hw = load_hardware("dgx_h100")
+    result = simulate_system(hw, load_workload("llama2_7b_inference", ["parallelism.tensor=4", "generate_len=8"]))
+    util = result.link_utilization
+    assert set(util) == {"stage0.nvlink_tx", "stage0.nvlink_rx"}
+    assert 0 < util["stage0.nvlink_tx"] < 1
+    assert result.time_breakdown_s["exposed_communication"] > 0
+    # the same all-reduces over a port twice as fast use half its share, give or take the shorter step
+    fast = simulate_system(load_hardware("dgx_h100", ["gpu.peer_links.link_bandwidth_bytes_per_s=50GB/s"]),
+                           load_workload("llama2_7b_inference", ["parallelism.tensor=4", "generate_len=8"]))
+    ratio = fast.link_utilization["stage0.nvlink_tx"] / util["stage0.nvlink_tx"]
+    assert ratio == pytest.approx(0.5 * result.total_time_s / fast.total_time_s, rel=1e-6)

@@ -779,14 +779,26 @@ def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, lau
     passes = [(spec.batch_size * details["prompt_len"], 1)]
     passes += [(spec.batch_size, b["num_steps"]) for b in details.get("decode_buckets", [])]
     comm = 0.0
+    moved = {"intra": 0.0, "nic": 0.0}  # bytes one GPU sends (and receives) over its ports
     for tokens, count in passes:
+        plans = []
         if t > 1:
-            comm += count * (2 * r.num_layers + 1) * group_plan("all_reduce", tokens * h * act, t, 1).time_s
+            plans.append((count * (2 * r.num_layers + 1), group_plan("all_reduce", tokens * h * act, t, 1)))
         if p > 1:
             gpn = hardware.num_gpus_per_node
-            comm += count * (p - 1) * plan_collective("send_recv", tokens * h * act, 2, fabric,
-                                                      gpus_per_node=1 if t >= gpn else 2).time_s
+            plans.append((count * (p - 1), plan_collective("send_recv", tokens * h * act, 2, fabric,
+                                                           gpus_per_node=1 if t >= gpn else 2)))
+        for calls, plan in plans:
+            comm += calls * plan.time_s
+            moved["intra"] += calls * plan.intra_bytes
+            moved["nic"] += calls * plan.nic_bytes
     total = compute + comm
+    # the representative GPU's ports, named as a training step names stage 0's
+    util = {}
+    for port, cap in (("nvlink", fabric.intra_port_bytes_per_s), ("nic", fabric.nic_port_bytes_per_s)):
+        key = "intra" if port == "nvlink" else "nic"
+        if moved[key] > 0 and cap > 0 and total > 0:
+            util[f"stage0.{port}_tx"] = util[f"stage0.{port}_rx"] = moved[key] / (cap * total)
     memory, footprint = _memory(workload)
     fits = _fit_warning(hardware, footprint, warnings)
     peak = _peak(hardware, spec.precision)
@@ -800,5 +812,5 @@ def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, lau
         mfu_fraction=workload.model_flop_per_step / (total * peak * n_gpus) if peak > 0 else 0.0,
         memory=memory, time_breakdown_s={"compute": compute, "exposed_communication": comm},
         warnings=tuple(warnings), spans=result.spans, num_unique_kernels=result.num_unique_kernels,
-        num_gpus=n_gpus, parallelism=par.model_dump(),
+        num_gpus=n_gpus, parallelism=par.model_dump(), link_utilization=util,
     )
