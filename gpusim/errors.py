@@ -14,10 +14,12 @@ class ConfigError(GpusimError):
     of the key inside it (empty when the whole document is wrong).
     """
 
-    def __init__(self, source: str, key_path: str, message: str) -> None:
+    def __init__(self, source: str, key_path: str, message: str, further: tuple[str, ...] = ()) -> None:
         self.source = str(source)
         self.key_path = key_path
         self.message = message
+        self.further = further
+        """The other problems found in the same file, one line each (``gpusim check`` lists them all)."""
         super().__init__(self.__str__())
 
     def __str__(self) -> str:  # one line, always

@@ -263,3 +263,17 @@ def test_a_memory_bound_kernel_names_the_level_that_bound_it():
     starved = replace(machine, l2_bandwidth_bytes_per_s=machine.l2_bandwidth_bytes_per_s / 6)
     timing = simulate_kernel(square, starved)
     assert timing.bound == "memory" and timing.memory_limiter == "l2"
+
+
+def test_check_lists_every_problem_of_a_file_and_run_the_first(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("schema_version: 1\nextends: h100_sxm5_80gb\nname: bad\ngpu:\n  num_sms: 0\n"
+                    "  dram:\n    bandwidth_bytes_per_s: 6\n  l2:\n    capacity: 1 MiB\n")
+    assert main(["check", str(path)]) == 2
+    assert one_line_error(capsys) == f"gpusim: {path}: gpu.l2.capacity: unknown key; did you mean capacity_bytes?"
+    assert main(["check", "--all", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == f"gpusim: {path}: gpu.l2.capacity: unknown key; did you mean capacity_bytes?"
+    assert sorted(line.split(": ")[2] for line in lines[1:]) == ["gpu.dram.bandwidth_bytes_per_s", "gpu.num_sms"]
+    assert main(["run", str(path), GEMM]) == 2
+    assert one_line_error(capsys) == lines[0]

@@ -17,6 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Validate hardware and workload descriptions. Exit 0 if all are valid, 2 otherwise.",
                        epilog="Example: gpusim check hwconfigs/*.yaml workloads/*.yaml")
     p.add_argument("files", metavar="FILE", nargs="+")
+    p.add_argument("--all", action="store_true",
+                   help="every problem the schema finds in a file, one line each (default: the first)")
     p.set_defaults(func=cmd_check)
 
 
@@ -37,7 +39,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         try:
             what = check_file(path)
         except GpusimError as exc:
-            print(f"gpusim: {exc}", file=sys.stderr)
+            for line in (str(exc), *(getattr(exc, "further", ()) if args.all else ())):
+                print(f"gpusim: {line}", file=sys.stderr)
             failed += 1
         else:
             print(f"ok  {path} ({what})")

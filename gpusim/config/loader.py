@@ -251,4 +251,13 @@ def validate(model: type[BaseModel], data: Mapping[str, Any], source: str,
         for key, _ in overrides:
             if path == key or path.startswith(key + ".") or key.startswith(path + ".") and path:
                 raise ConfigError(SET_SOURCE, path, message) from None
-        raise ConfigError(source, path, message) from None
+        further = []
+        for error in errors:
+            key, text = validation_message(model, error)
+            # a misspelled required key is also missing: its did-you-mean already says so
+            if error is first or (error["type"] == "missing" and f"did you mean {key.rpartition('.')[2]}?" in message):
+                continue
+            line = str(ConfigError(source, key, text))
+            if line not in further:
+                further.append(line)
+        raise ConfigError(source, path, message, tuple(further)) from None
