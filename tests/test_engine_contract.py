@@ -143,3 +143,15 @@ def test_host_to_device_copy_overlaps_compute_on_the_copy_engine():
     result = simulate(hw, wl)
     times = {k.op: k.time_s for k in result.kernels}
     assert result.total_time_s < times["matmul"] + times["host_to_device"]
+
+
+def test_a_multi_gpu_trace_declares_only_the_tracks_it_uses(tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    assert main(["run", "dgx_h100", "llama2_7b_train", "--set", "config.num_layers=4", "--set", "parallelism.data=4",
+                 "--set", "parallelism.pipeline=2", "--set", "parallelism.microbatches=4", "--trace", str(trace)]) == 0
+    capsys.readouterr()
+    events = json.loads(trace.read_text())["traceEvents"]
+    declared = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    used = {e["tid"] for e in events if e["ph"] == "X"}
+    assert set(declared) == used
+    assert {"stage 0 compute", "stage 1 compute"} <= set(declared.values())

@@ -72,7 +72,12 @@ def write_text_file(destination: str | Path, text: str) -> None:
 def trace_events(result: SimulationResult) -> list[dict[str, Any]]:
     """Chrome trace events (microseconds): one process for the device, a thread per track, plus
     counter tracks for HBM utilization, L2 hit rate and SM occupancy."""
-    tracks = list(TRACK_ORDER) + sorted({s.track for s in result.spans} - set(TRACK_ORDER))
+    used = {s.track for s in result.spans}
+    # a device's tracks in their usual order (all of them, the host link too when nothing crossed it),
+    # then the others: a multi-GPU step's per-stage compute, NVLink and network tracks, without the
+    # device tracks it does not use
+    device = list(TRACK_ORDER) if used & set(TRACK_ORDER) else []
+    tracks = device + sorted(used - set(TRACK_ORDER))
     tid = {name: i + 1 for i, name in enumerate(tracks)}
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": f"{result.hardware}: {result.workload}"}},
