@@ -140,3 +140,13 @@ def test_expert_parallelism_splits_the_experts_states(tmp_path):
     assert optim[1] == pytest.approx(optim[2]) and optim[1] == pytest.approx(optim[8])
     unsharded = load_workload(path, ["parallelism.data=8"]).memory.optimizer_bytes
     assert unsharded == pytest.approx(8 * optim[1])
+
+
+def test_selective_checkpointing_that_saves_almost_nothing_is_flagged():
+    fused = load_workload("gpt2_large_train", ["activation_checkpointing=selective"])
+    assert any("selective checkpointing saves" in n and "still recomputes the attention core" in n
+               for n in fused.notes)
+    # unfused attention keeps its score and probability matrices: selective checkpointing earns its keep
+    unfused = load_workload("gpt2_large_train", ["activation_checkpointing=selective", "fusion=none"])
+    assert unfused.notes == ()
+    assert load_workload("gpt2_large_train", ["activation_checkpointing=none"]).notes == ()

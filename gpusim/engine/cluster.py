@@ -474,7 +474,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
     par = spec.parallelism
     t, p, d, cp = par.tensor, par.pipeline, par.data, par.context
     n_gpus = par.num_gpus
-    warnings = list(notes)
+    warnings = list(notes) + [n for n in getattr(workload, "notes", ()) if n not in notes]
     if hardware.gpu.calibration is None:
         warnings.append(uncalibrated_note(hardware.gpu.name))
     if n_gpus > hardware.num_gpus:

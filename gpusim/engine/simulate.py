@@ -76,7 +76,7 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
     machine = machine_of(hardware)
     if getattr(getattr(workload, "spec", None), "tensor_instructions", "native") == "warp_mma":
         machine = machine.with_warp_mma_libraries()
-    warnings: list[str] = list(notes)
+    warnings: list[str] = list(notes) + [n for n in getattr(workload, "notes", ()) if n not in notes]
     if not machine.calibration.fitted and uncalibrated_note(machine.name) not in warnings:
         warnings.append(uncalibrated_note(machine.name))
 

@@ -42,6 +42,11 @@ class FusionSummary:
     bytes_saved: float
 
 
+SELECTIVE_WORTHWHILE_FRACTION = 0.05
+"""Selective checkpointing that saves less than this share of the activations earns a warning: it
+still pays the attention core's recompute (FlashAttention-era Megatron-LM runs leave it off)."""
+
+
 @dataclass(frozen=True)
 class Workload:
     """A loaded workload: its graph and, for models, the numbers the engine and reports need.
@@ -67,6 +72,8 @@ class Workload:
     precision: str | None = None
     parallelism: Any = None
     details: dict = field(default_factory=dict, compare=False)
+    notes: tuple[str, ...] = ()
+    """Warnings about the workload itself that every run of it carries."""
 
     def flop_per_step(self) -> float:
         """Every FLOP of the step: training forward + backward + recompute + optimizer; inference the
@@ -305,6 +312,7 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
     ga = spec.gradient_accumulation_steps
     par = spec.parallelism
     details: dict[str, Any] = {}
+    notes: list[str] = []
     kv_bytes = 0.0
     tokens: int | None = None
     r: T.Resolved | None = None
@@ -383,6 +391,13 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
         weights, grads, optim = (sum(parts) for parts in zip(*states))
         activations = training_activation_bytes(layers, fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
                                                 tensor=par.tensor, sequence_parallel=par.sequence_parallel)
+        if spec.activation_checkpointing == "selective":
+            kept_all = training_activation_bytes(layers, fusion=spec.fusion, checkpointing="none", tensor=par.tensor,
+                                                 sequence_parallel=par.sequence_parallel)
+            if kept_all > 0 and (kept_all - activations) < SELECTIVE_WORTHWHILE_FRACTION * kept_all:
+                notes.append(f"selective checkpointing saves {(kept_all - activations) / kept_all:.1%} of the "
+                             "activations here (a fused attention kernel keeps only Q, K, V and its statistics) "
+                             "and still recomputes the attention core")
         in_flight = pipeline_microbatches_in_flight(par.schedule, par.pipeline, par.microbatches or ga,
                                                     par.virtual_stages)
         activations = activations / par.context * in_flight / par.pipeline
@@ -397,7 +412,7 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
     memory = MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace)
 
     samples = batch * ga if training else batch
-    return Workload(
+    return Workload(notes=tuple(notes), 
         name=spec.name, kind="model", mode=spec.mode, graph=graph, spec=spec, source=source,
         description=spec.description, num_parameters=int(num_parameters), samples_per_step=samples,
         tokens_per_step=tokens, model_flop_per_step=model_flop, memory=memory, fusion=fusion,
