@@ -412,11 +412,11 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
     memory = MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace)
 
     samples = batch * ga if training else batch
-    return Workload(notes=tuple(notes), 
+    return Workload(
         name=spec.name, kind="model", mode=spec.mode, graph=graph, spec=spec, source=source,
         description=spec.description, num_parameters=int(num_parameters), samples_per_step=samples,
         tokens_per_step=tokens, model_flop_per_step=model_flop, memory=memory, fusion=fusion,
-        precision=spec.precision, parallelism=par, details=details,
+        precision=spec.precision, parallelism=par, details=details, notes=tuple(notes),
     )
 
 
