@@ -277,3 +277,10 @@ def test_check_lists_every_problem_of_a_file_and_run_the_first(tmp_path, capsys)
     assert sorted(line.split(": ")[2] for line in lines[1:]) == ["gpu.dram.bandwidth_bytes_per_s", "gpu.num_sms"]
     assert main(["run", str(path), GEMM]) == 2
     assert one_line_error(capsys) == lines[0]
+
+
+def test_a_multi_gpu_run_on_an_uncalibrated_system_warns_once(capsys):
+    assert main(["run", "dgx_h100", "llama2_7b_train", "--set", "config.num_layers=2", "--set", "parallelism.data=8",
+                 "--set", "gpu.calibration=null"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("warning: dgx_h100 has no calibration: block") == 1

@@ -26,8 +26,7 @@ import simpy
 from gpusim.config.derived import peak_flop_per_s
 from gpusim.engine.collectives import CollectivePlan, Fabric, fabric_of, plan_collective
 from gpusim.engine.fluid import FluidSystem
-from gpusim.engine.machine import uncalibrated_note
-from gpusim.engine.simulate import PRECISION_PEAK_DTYPE, simulate
+from gpusim.engine.simulate import PRECISION_PEAK_DTYPE, opening_warnings, simulate
 from gpusim.errors import ConfigError, SimulationError
 from gpusim.results.result import SimulationResult, Span
 from gpusim.workload.graph import OpNode, WorkloadGraph
@@ -474,9 +473,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
     par = spec.parallelism
     t, p, d, cp = par.tensor, par.pipeline, par.data, par.context
     n_gpus = par.num_gpus
-    warnings = list(notes) + [n for n in getattr(workload, "notes", ()) if n not in notes]
-    if hardware.gpu.calibration is None:
-        warnings.append(uncalibrated_note(hardware.gpu.name))
+    warnings = opening_warnings(notes, workload, hardware.name, hardware.gpu.calibration is not None)
     if n_gpus > hardware.num_gpus:
         raise _error(workload, "parallelism", f"the layout needs {n_gpus} GPUs (data {d} x context {cp} x tensor {t}"
                      f" x pipeline {p}); {hardware.name} has {hardware.num_gpus} (set num_nodes)")

@@ -37,6 +37,16 @@ class _Item:
     launch_s: float
 
 
+def opening_warnings(notes: tuple[str, ...], workload, device_name: str, calibrated: bool) -> list[str]:
+    """The warnings a run starts with, each once: the caller's ``notes``, the workload's own, and, for a
+    description without a calibration block, that its times are ideal."""
+    out = list(notes)
+    for note in (*getattr(workload, "notes", ()), *(() if calibrated else (uncalibrated_note(device_name),))):
+        if note not in out:
+            out.append(note)
+    return out
+
+
 def transfer_time_s(machine: Machine, num_bytes: float) -> float:
     """One host<->device copy over the host link: the calibrated fixed cost per copy, the link's
     latency and the bytes at the achievable rate."""
@@ -76,9 +86,7 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
     machine = machine_of(hardware)
     if getattr(getattr(workload, "spec", None), "tensor_instructions", "native") == "warp_mma":
         machine = machine.with_warp_mma_libraries()
-    warnings: list[str] = list(notes) + [n for n in getattr(workload, "notes", ()) if n not in notes]
-    if not machine.calibration.fitted and uncalibrated_note(machine.name) not in warnings:
-        warnings.append(uncalibrated_note(machine.name))
+    warnings = opening_warnings(notes, workload, machine.name, machine.calibration.fitted)
 
     # ---- memory: does it fit? ---------------------------------------------------------------
     memory = getattr(workload, "memory", None)
