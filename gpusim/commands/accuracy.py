@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from gpusim.accuracy import op_group, run_accuracy, summarize
 from gpusim.commands.hw import non_negative_int
 from gpusim.errors import ConfigError, GpusimError
-from gpusim.results.export import atomic_output, check_output_path, write_json
+from gpusim.results.export import atomic_output, check_figure_path, check_output_path, write_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -111,9 +110,7 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         raise ConfigError("--training-measurements", args.training_measurements, f"is not read by --suite {asked}")
     # outputs are checked before the (sometimes long) simulation
     if args.plot:
-        if Path(args.plot).suffix.lower() not in (".png", ".svg", ".pdf"):
-            raise ConfigError("--plot", args.plot, "figure file must end in .png, .svg or .pdf")
-        check_output_path(args.plot)
+        check_figure_path("--plot", args.plot)
     if args.json and args.json != "-":
         check_output_path(args.json)
     suite = "kernels" if args.measurements else asked

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from gpusim.errors import ConfigError
-from gpusim.results.export import atomic_output
+from gpusim.results.export import atomic_output, check_figure_path
 
 METRIC_LABELS = {
     "total_time_s": "time (s)", "step_time_s": "step time (s)", "tokens_per_s": "tokens/s",
@@ -200,12 +200,10 @@ def _pyplot():
 
 
 def _save(fig, path: str) -> None:
-    suffix = Path(path).suffix.lower()
-    if suffix not in (".png", ".svg", ".pdf"):
-        raise ConfigError("--out", path, "figure file must end in .png, .svg or .pdf")
+    check_figure_path("--out", path)
     fig.tight_layout()
     with atomic_output(path) as tmp:
-        fig.savefig(tmp, dpi=150 if suffix == ".png" else None)
+        fig.savefig(tmp, dpi=150 if Path(path).suffix.lower() == ".png" else None)
     import matplotlib.pyplot as plt
 
     plt.close(fig)

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from gpusim.errors import GpusimError
+from gpusim.errors import ConfigError, GpusimError
 from gpusim.results.result import SimulationResult
 
 TRACK_ORDER = ("host", "stream 0", "host link", "SMs", "L2", "HBM")
@@ -38,6 +38,17 @@ def check_output_path(destination: str | Path) -> None:
             if not parent.is_dir():
                 raise GpusimError(f"{path}: cannot write: {parent} is not a directory")
             break
+
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+"""What ``--out``/``--plot`` figures may be written as (matplotlib picks the format from the suffix)."""
+
+
+def check_figure_path(flag: str, destination: str) -> None:
+    """Refuse, before any work, a figure path with another suffix or one that cannot be written."""
+    if Path(destination).suffix.lower() not in PLOT_SUFFIXES:
+        raise ConfigError(flag, destination, "figure file must end in .png, .svg or .pdf")
+    check_output_path(destination)
 
 
 @contextmanager
