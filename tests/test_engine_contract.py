@@ -145,13 +145,47 @@ def test_host_to_device_copy_overlaps_compute_on_the_copy_engine():
     assert result.total_time_s < times["matmul"] + times["host_to_device"]
 
 
-def test_a_multi_gpu_trace_declares_only_the_tracks_it_uses(tmp_path, capsys):
+def test_a_multi_gpu_trace_has_a_process_per_gpu_with_its_compute_and_ports(tmp_path, capsys):
     trace = tmp_path / "t.json"
-    assert main(["run", "dgx_h100", "llama2_7b_train", "--set", "config.num_layers=4", "--set", "parallelism.data=4",
-                 "--set", "parallelism.pipeline=2", "--set", "parallelism.microbatches=4", "--trace", str(trace)]) == 0
+    assert main(["run", "dgx_h100", "llama2_7b_train", "--set", "config.num_layers=4", "--set", "parallelism.data=2",
+                 "--set", "parallelism.tensor=2", "--set", "parallelism.pipeline=2",
+                 "--set", "parallelism.microbatches=4", "--trace", str(trace)]) == 0
     capsys.readouterr()
     events = json.loads(trace.read_text())["traceEvents"]
-    declared = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
-    used = {e["tid"] for e in events if e["ph"] == "X"}
-    assert set(declared) == used
-    assert {"stage 0 compute", "stage 1 compute"} <= set(declared.values())
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    # Megatron-LM's rank order: tensor fastest, then data, then pipeline
+    assert processes[1] == "GPU 0 (stage 0, data 0, tensor 0)"
+    assert processes[4] == "GPU 3 (stage 0, data 1, tensor 1)"
+    assert processes[8] == "GPU 7 (stage 1, data 1, tensor 1)"
+    assert len(processes) == 8
+    for pid in processes:  # each GPU declares the tracks it uses, no others
+        declared = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name" and e["pid"] == pid}
+        used = {e["tid"] for e in events if e["ph"] == "X" and e["pid"] == pid}
+        assert set(declared) == used
+        assert sorted(declared.values()) == ["NVLink port", "compute"]
+
+    def spans(pid, track):
+        tid = next(e["tid"] for e in events if e["name"] == "thread_name" and e["pid"] == pid
+                   and e["args"]["name"] == track)
+        return [(e["name"], e["ts"], e["dur"]) for e in events if e["ph"] == "X" and e["pid"] == pid and e["tid"] == tid]
+
+    # the GPUs of a stage are identical; the stages differ
+    assert spans(1, "compute") == spans(4, "compute") != spans(5, "compute")
+    # 4 micro-batches forward and backward, and the optimizer, on every GPU
+    assert sum(name[0] in "FB" for name, _, _ in spans(5, "compute")) == 8
+    # a pipeline send shows on the sender's port and the receiver's, at the same time
+    sent = [(ts, dur) for name, ts, dur in spans(1, "NVLink port") if name == "send_recv F0"]
+    received = [(ts, dur) for name, ts, dur in spans(5, "NVLink port") if name == "send_recv F0 from stage 0"]
+    assert len(sent) == 1 and sent == received
+
+
+def test_a_trace_above_64_gpus_has_a_process_per_pipeline_stage(tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    assert main(["run", "dgx_h100", "llama2_7b_train", "--set", "num_nodes=16", "--set", "config.num_layers=4",
+                 "--set", "parallelism.data=64",
+                 "--set", "parallelism.pipeline=2", "--set", "parallelism.microbatches=2", "--trace", str(trace)]) == 0
+    capsys.readouterr()
+    events = json.loads(trace.read_text())["traceEvents"]
+    processes = [e["args"]["name"] for e in events if e["name"] == "process_name"]
+    assert processes == ["GPUs 0-63 (stage 0: 64 identical GPUs, one shown)",
+                         "GPUs 64-127 (stage 1: 64 identical GPUs, one shown)"]

@@ -218,10 +218,13 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
         if holds_sms:
             collective_kernel(src, -1)
         if record_spans:
-            track = f"stage {src} {'network' if plan.nic_bytes > 0 else 'nvlink'}"
-            spans.append(Span(track, f"{plan.collective} {label}", start, env.now,
-                              (("algorithm", plan.algorithm), ("protocol", plan.protocol),
-                               ("bytes", plan.num_bytes))))
+            # on the sending GPU's port, and for a send between stages on the receiver's too
+            port = "network port" if plan.nic_bytes > 0 else "NVLink port"
+            args = (("algorithm", plan.algorithm), ("protocol", plan.protocol), ("bytes", plan.num_bytes))
+            spans.append(Span(f"stage {src} {port}", f"{plan.collective} {label}", start, env.now, args))
+            if dst is not None and dst != src:
+                spans.append(Span(f"stage {dst} {port}", f"{plan.collective} {label} from stage {src}", start,
+                                  env.now, args))
 
     def merged(plans: list[CollectivePlan]) -> CollectivePlan | None:
         if not plans:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -11,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from gpusim.errors import ConfigError, GpusimError
-from gpusim.results.result import SimulationResult
+from gpusim.results.result import SimulationResult, Span
 
 TRACK_ORDER = ("host", "stream 0", "host link", "SMs", "L2", "HBM")
+STEP_TRACK_ORDER = ("compute", "NVLink port", "network port", "context ring")
+"""A multi-GPU training step's tracks per GPU (the engine's spans on ``stage S TRACK``)."""
 
 
 def write_json(data: Any, destination: str) -> None:
@@ -80,32 +83,81 @@ def write_text_file(destination: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def trace_events(result: SimulationResult) -> list[dict[str, Any]]:
-    """Chrome trace events (microseconds): one process for the device, a thread per track, plus
-    counter tracks for HBM utilization, L2 hit rate and SM occupancy."""
-    used = {s.track for s in result.spans}
-    # a device's tracks in their usual order (all of them, the host link too when nothing crossed it),
-    # then the others: a multi-GPU step's per-stage compute, NVLink and network tracks, without the
-    # device tracks it does not use
+TRACE_GPUS_MAX = 64
+"""A multi-GPU trace shows one process per GPU up to this many GPUs; above it, one process per pipeline
+stage stands for the stage's GPUs (identical by symmetry: the engine simulates one per stage)."""
+
+_STAGE_TRACK = re.compile(r"^stage (\d+) (.+)$")
+
+
+def _track_names(used: set[str]) -> list[str]:
+    """A device's tracks in their usual order (all of them, the host link too when nothing crossed it),
+    then a training step's that are used, in their order."""
     device = list(TRACK_ORDER) if used & set(TRACK_ORDER) else []
-    tracks = device + sorted(used - set(TRACK_ORDER))
-    tid = {name: i + 1 for i, name in enumerate(tracks)}
-    events: list[dict[str, Any]] = [
-        {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": f"{result.hardware}: {result.workload}"}},
-    ]
-    for name, i in tid.items():
-        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": i, "args": {"name": name}})
-        events.append({"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": i, "args": {"sort_index": i}})
+    step = [t for t in STEP_TRACK_ORDER if t in used]
+    return device + step + sorted(used - set(TRACK_ORDER) - set(STEP_TRACK_ORDER))
+
+
+def _gpu_label(rank: int, per_stage: int, layout: dict[str, Any]) -> str:
+    """``GPU 12 (stage 1, data 0, tensor 4)``: where rank ``rank`` sits in Megatron-LM's order
+    (tensor fastest, then context, data, pipeline)."""
+    t, cp = int(layout.get("tensor", 1)), int(layout.get("context", 1))
+    i = rank % per_stage
+    parts = [f"stage {rank // per_stage}", f"data {i // (t * cp)}"]
+    if cp > 1:
+        parts.append(f"context {(i // t) % cp}")
+    parts.append(f"tensor {i % t}")
+    return f"GPU {rank} ({', '.join(parts)})"
+
+
+def _processes(result: SimulationResult) -> list[tuple[str, int | None]]:
+    """The trace's processes as (name, pipeline stage; None: every stage). One process for a single
+    device, or for an op workload on a system (its ops run on one GPU or, for a collective, alike on
+    all); one per GPU of a parallel layout, or one per stage above :data:`TRACE_GPUS_MAX` GPUs."""
+    title = f"{result.hardware}: {result.workload}"
+    if result.num_gpus <= 1 or not result.parallelism:
+        return [(title, None)]
+    stages = int(result.parallelism.get("pipeline", 1))
+    per_stage = result.num_gpus // stages
+    if result.num_gpus <= TRACE_GPUS_MAX:
+        return [(_gpu_label(r, per_stage, result.parallelism), r // per_stage) for r in range(result.num_gpus)]
+    return [(f"GPUs {s * per_stage}-{(s + 1) * per_stage - 1} (stage {s}: {per_stage} identical GPUs, one shown)", s)
+            for s in range(stages)]
+
+
+def trace_events(result: SimulationResult) -> list[dict[str, Any]]:
+    """Chrome trace events (microseconds): a process per device with a thread per track, plus counter
+    tracks for HBM utilization, L2 hit rate and SM occupancy. A parallel layout's trace has a process
+    per GPU (see :func:`_processes`) whose threads are its compute, its NVLink port and its network port:
+    the engine's spans on ``stage S TRACK`` go to every GPU of stage S, its device spans (tensor-parallel
+    inference) to every GPU."""
+    by_stage: dict[int | None, list[tuple[str, Span]]] = {}
     for span in result.spans:
-        args = dict(span.args)
-        events.append({"name": span.name, "ph": "X", "pid": 1, "tid": tid[span.track], "ts": span.start_s * 1e6,
-                       "dur": max(0.0, (span.end_s - span.start_s) * 1e6), "args": args})
-        counter = {"HBM": "utilization_fraction", "L2": "hit_fraction", "SMs": "occupancy_fraction"}.get(span.track)
-        if counter and counter in args:
-            events.append({"name": f"{span.track} {counter}", "ph": "C", "pid": 1, "ts": span.start_s * 1e6,
-                           "args": {counter: args[counter]}})
-            events.append({"name": f"{span.track} {counter}", "ph": "C", "pid": 1, "ts": span.end_s * 1e6,
-                           "args": {counter: 0.0}})
+        m = _STAGE_TRACK.match(span.track)
+        stage, track = (int(m.group(1)), m.group(2)) if m else (None, span.track)
+        by_stage.setdefault(stage, []).append((track, span))
+    processes = _processes(result)
+    if len(processes) == 1:  # one device (or a system's op workload): every span on it, whatever its stage
+        by_stage = {None: [item for items in by_stage.values() for item in items]}
+    events: list[dict[str, Any]] = []
+    for pid, (name, stage) in enumerate(processes, start=1):
+        spans = by_stage.get(None, []) + (by_stage.get(stage, []) if stage is not None else [])
+        tid = {track: i + 1 for i, track in enumerate(_track_names({track for track, _ in spans}))}
+        events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+        for track, i in tid.items():
+            events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": i, "args": {"name": track}})
+            events.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": i, "args": {"sort_index": i}})
+        for track, span in spans:
+            args = dict(span.args)
+            events.append({"name": span.name, "ph": "X", "pid": pid, "tid": tid[track], "ts": span.start_s * 1e6,
+                           "dur": max(0.0, (span.end_s - span.start_s) * 1e6), "args": args})
+            counter = {"HBM": "utilization_fraction", "L2": "hit_fraction", "SMs": "occupancy_fraction"}.get(track)
+            if counter and counter in args:
+                events.append({"name": f"{track} {counter}", "ph": "C", "pid": pid, "ts": span.start_s * 1e6,
+                               "args": {counter: args[counter]}})
+                events.append({"name": f"{track} {counter}", "ph": "C", "pid": pid, "ts": span.end_s * 1e6,
+                               "args": {counter: 0.0}})
     return events
 
 
