@@ -353,19 +353,19 @@ def _stretched_spans(spans, old_records, new_records):
     kernels overlap (several streams of a multi-GPU run) the map is not defined and the spans are kept."""
     pairs = sorted(((o.start_s, o.start_s + o.time_s, n.start_s, n.start_s + n.time_s)
                     for o, n in zip(old_records, new_records) if o.plan.get("engine") != "copy"))
-    old_points = [x for s0, e0, _, _ in pairs for x in (s0, e0)]
-    new_points = [x for _, _, s1, e1 in pairs for x in (s1, e1)]
-    if not old_points or any(b < a for a, b in zip(old_points, old_points[1:])):
+    old_points = np.array([x for s0, e0, _, _ in pairs for x in (s0, e0)], dtype=float)
+    new_points = np.array([x for _, _, s1, e1 in pairs for x in (s1, e1)], dtype=float)
+    if not len(old_points) or np.any(np.diff(old_points) < 0):
         return spans
 
-    def at(t: float) -> float:
-        if t >= old_points[-1]:
-            return t + new_points[-1] - old_points[-1]
-        return float(np.interp(t, old_points, new_points)) if t >= old_points[0] else t
+    def at(t: np.ndarray) -> np.ndarray:
+        inside = np.interp(t, old_points, new_points)
+        return np.where(t < old_points[0], t, np.where(t >= old_points[-1], t + new_points[-1] - old_points[-1], inside))
 
+    starts = at(np.array([sp.start_s for sp in spans], dtype=float))
+    ends = at(np.array([sp.end_s for sp in spans], dtype=float))
     out = []
-    for sp in spans:
-        start, end = at(sp.start_s), at(sp.end_s)
+    for sp, start, end in zip(spans, starts.tolist(), ends.tolist()):
         if sp.track == "HBM" and end > start:
             # the same bytes over the longer interval: the span's rate and utilization fall with it
             factor = (sp.end_s - sp.start_s) / (end - start)

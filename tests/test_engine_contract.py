@@ -189,3 +189,14 @@ def test_a_trace_above_64_gpus_has_a_process_per_pipeline_stage(tmp_path, capsys
     processes = [e["args"]["name"] for e in events if e["name"] == "process_name"]
     assert processes == ["GPUs 0-63 (stage 0: 64 identical GPUs, one shown)",
                          "GPUs 64-127 (stage 1: 64 identical GPUs, one shown)"]
+
+
+def test_a_tensor_parallel_inference_trace_shows_one_rank_for_all(tmp_path, capsys):
+    trace = tmp_path / "t.json"
+    assert main(["run", "dgx_h100", "llama2_7b_inference", "--set", "config.num_layers=2", "--set", "generate_len=4",
+                 "--set", "parallelism.tensor=2", "--trace", str(trace)]) == 0
+    capsys.readouterr()
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert [e["args"]["name"] for e in events if e["name"] == "process_name"] == [
+        "dgx_h100: llama2-7b-inference: GPUs 0-1 (2 identical ranks, one shown)"]
+    assert {e["pid"] for e in events} == {1}

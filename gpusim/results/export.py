@@ -110,13 +110,17 @@ def _gpu_label(rank: int, per_stage: int, layout: dict[str, Any]) -> str:
     return f"GPU {rank} ({', '.join(parts)})"
 
 
-def _processes(result: SimulationResult) -> list[tuple[str, int | None]]:
+def _processes(result: SimulationResult, staged: bool) -> list[tuple[str, int | None]]:
     """The trace's processes as (name, pipeline stage; None: every stage). One process for a single
-    device, or for an op workload on a system (its ops run on one GPU or, for a collective, alike on
-    all); one per GPU of a parallel layout, or one per stage above :data:`TRACE_GPUS_MAX` GPUs."""
+    device, for an op workload on a system (its ops run on one GPU or, for a collective, alike on
+    all) and for tensor-parallel inference (one rank's kernels: the ranks are identical); for a
+    training step (``staged``: its spans name their stage) one per GPU, or one per stage above
+    :data:`TRACE_GPUS_MAX` GPUs."""
     title = f"{result.hardware}: {result.workload}"
     if result.num_gpus <= 1 or not result.parallelism:
         return [(title, None)]
+    if not staged:
+        return [(f"{title}: GPUs 0-{result.num_gpus - 1} ({result.num_gpus} identical ranks, one shown)", None)]
     stages = int(result.parallelism.get("pipeline", 1))
     per_stage = result.num_gpus // stages
     if result.num_gpus <= TRACE_GPUS_MAX:
@@ -136,7 +140,7 @@ def trace_events(result: SimulationResult) -> list[dict[str, Any]]:
         m = _STAGE_TRACK.match(span.track)
         stage, track = (int(m.group(1)), m.group(2)) if m else (None, span.track)
         by_stage.setdefault(stage, []).append((track, span))
-    processes = _processes(result)
+    processes = _processes(result, staged=any(stage is not None for stage in by_stage))
     if len(processes) == 1:  # one device (or a system's op workload): every span on it, whatever its stage
         by_stage = {None: [item for items in by_stage.values() for item in items]}
     events: list[dict[str, Any]] = []
