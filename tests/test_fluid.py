@@ -93,3 +93,21 @@ def test_rates_after_every_event_equal_a_global_solve(seed):
             assert f.rate == pytest.approx(expected[id(f)], rel=1e-12, abs=1e-15)
         checked += len(fluid.flows)
     assert checked > 100  # the sample really overlapped flows
+
+
+def test_a_flow_shorter_than_the_clocks_resolution_ends():
+    # a flow of 1e-17 s at t = 2.49 s, where the clock's float resolution is 4.4e-16 s: it must end at
+    # once, not reschedule itself at the same instant forever
+    env = simpy.Environment()
+    fluid = FluidSystem(env, {"link": 1e12})
+    ended = []
+
+    def later():
+        yield env.timeout(2.4931169760132685)
+        flow = fluid.add_flow(1.0, 1.0, {"link": 1e-5}, max_rate=1e30)  # 1e-5 bytes at 1e12 B/s: 1e-17 s
+        yield flow.done
+        ended.append(env.now)
+
+    env.process(later())
+    env.run(until=10.0)
+    assert ended == [2.4931169760132685]

@@ -149,7 +149,11 @@ class FluidSystem:
                 continue
             yield self.env.timeout(max(horizon, 0.0)) | self._changed
             self._advance()
-            finished = [f for f in self.flows if f.remaining <= f.work * 1e-9 + _EPS]
+            now = self.env.now
+            # done: all but a rounding error, or so little left that it would end at this very instant
+            # (a time step below the clock's float resolution would never advance it)
+            finished = [f for f in self.flows if f.remaining <= f.work * 1e-9 + _EPS
+                        or (f.rate > 0 and now + f.remaining / f.rate <= now)]
             if finished:
                 self.flows = [f for f in self.flows if f not in finished]
                 for f in finished:
