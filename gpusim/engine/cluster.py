@@ -98,6 +98,10 @@ class ChunkModel:
     grad_bytes: float = 0.0
     """Gradient bytes this GPU holds for the chunk (data-parallel reduction)."""
     param_bytes: float = 0.0
+    grad_layers: tuple[tuple[float, ...], ...] = ()
+    """Gradient bytes per weight tensor, layer by layer, in the order the backward finishes them (the
+    head's first, the embedding's last); buckets fill tensor by tensor, as PyTorch DDP's and
+    Megatron-LM's do. Empty: ``grad_bytes`` spread evenly over ``num_layers`` layers."""
     send_bytes: float = 0.0
     """Activation bytes sent to the next pipeline stage per micro-batch (and gradients back)."""
     context_ring_forward: CollectivePlan | None = None
@@ -330,15 +334,18 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                     and ch.grad_bytes > 0:
                 # last micro-batch: gradients become ready layer by layer; buckets reduce as they fill
                 collective = "all_reduce" if lp.zero_stage == 0 else "reduce_scatter"
+                # (the backward is taken to spend the same time on every layer and, inside a layer, to
+                # finish its tensors' gradients at a steady rate)
                 layers = max(1, ch.num_layers)
-                per_layer = ch.grad_bytes / layers
+                grad_layers = ch.grad_layers or ((ch.grad_bytes / layers,),) * layers
                 bucket = 0.0
-                for _ in range(layers):
-                    yield from compute_for(s, compute / layers)
-                    bucket += per_layer
-                    if lp.overlap and bucket >= lp.bucket_bytes:
-                        submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
-                        bucket = 0.0
+                for tensors in grad_layers:
+                    for nbytes in tensors:
+                        yield from compute_for(s, compute / len(grad_layers) * nbytes / sum(tensors))
+                        bucket += nbytes
+                        if lp.overlap and bucket >= lp.bucket_bytes:
+                            submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
+                            bucket = 0.0
                 if bucket > 0:
                     submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
             else:
@@ -546,12 +553,15 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         units = {"embedding": layers[0], "block": layers[1], "head": layers[-1]}
         unit_times: dict[str, dict[str, float]] = {}
         unit_params: dict[str, float] = {}
+        unit_tensors: dict[str, tuple[float, ...]] = {}
         for key, layer in units.items():
             nodes = training_nodes([layer], fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
                                    micro_batches=m, optimizer=spec.optimizer_name, policy=pol)
             nodes = [dataclasses.replace(n, repeat=1) if n.phase != "optimizer" else n for n in nodes]
             unit_times[key], res = _phase_times(hardware, nodes, f"{workload.name}.{key}", spec, launch_mode)
             unit_params[key] = float(layer.num_parameters())
+            # the unit's weight tensors, last first: the backward finishes their gradients in that order
+            unit_tensors[key] = tuple(float(f.num_parameters) for f in reversed(layer.ops) if f.num_parameters > 0)
             if key == "block":
                 kernels = res.kernels
         h = r.hidden_size
@@ -636,8 +646,11 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                         params += unit_params[key]
                         opt += unit_times[key].get("optimizer", 0.0)
                         (lcf if key == "embedding" else lcb).extend(tp_plans(1))
+                units_back = ["head"] * (vs == P - 1) + ["block"] * per_chunk + ["embedding"] * (vs == 0)
+                grad_layers = tuple(tuple(n * grad_b for n in unit_tensors[u]) for u in units_back if unit_tensors[u])
                 chunks.append(ChunkModel(fw, bw, per_chunk + (vs == 0) + (vs == P - 1), lcf, lcb,
                                          grad_bytes=params * grad_b, param_bytes=params * weight_b,
+                                         grad_layers=grad_layers,
                                          send_bytes=tp_ar / (t if par.sequence_parallel else 1),
                                          context_ring_forward=ring_plan_f, context_ring_backward=ring_plan_b,
                                          context_wait_forward_s=ring_wait_f * per_chunk,
