@@ -213,3 +213,24 @@ def test_gradient_buckets_fill_tensor_by_tensor_in_backward_order():
                                           norm + proj, qkv, norm + table]
     # larger than the model: one all-reduce of every gradient after the backward
     assert _gradient_buckets("10 GB") == [table + norm + 2 * sum(block) + table]
+
+
+def test_flows_on_a_port_share_its_bytes_per_second_equally():
+    # 2 stages, one micro-batch, 1 s forward and 1 s backward each, a 1e12 B/s port. Stage 1 ends its
+    # backward by starting a 1e12-byte gradient all-reduce (1 s alone) and sends 1e9 bytes back to
+    # stage 0 (1 ms alone). Beside the all-reduce the send gets half the port: 2 ms, not the whole
+    # second a share in proportion to size would give it
+    from gpusim.engine.collectives import CollectivePlan
+
+    def plan(kind, nbytes):
+        return CollectivePlan(kind, "ring", "simple", nbytes, 2, 0.0, nbytes, 0.0, 1e12, 1e12)
+
+    stages = [StageModel([ChunkModel(1.0, 1.0, 1, send_bytes=1e9)]),
+              StageModel([ChunkModel(1.0, 1.0, 1, grad_bytes=1e12, send_bytes=1e9)])]
+    lp = LayoutPlan("1f1b", 2, 1, 1, dp_plan=plan, p2p_plan=lambda nbytes: plan("send_recv", nbytes))
+    stats = run_step(None, stages, lp, record_spans=True)
+    back = [s for s in stats.spans if s.track == "stage 1 NVLink port" and s.name == "send_recv B0"]
+    assert back[0].end_s - back[0].start_s == pytest.approx(2e-3)
+    # stage 0: forward (1 s), the forward's send (1 ms), stage 1's forward and backward (2 s), the
+    # backward's send (2 ms), its own backward (1 s)
+    assert stats.step_s == pytest.approx(4.003)

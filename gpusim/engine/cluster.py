@@ -217,7 +217,11 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             demands[tx_n] = demands.get(tx_n, 0.0) + scaled
             demands[rd[3]] = demands.get(rd[3], 0.0) + scaled
         if demands:
-            f = fluid.add_flow(1.0, 1.0, demands, max_rate=1e30, label=label)
+            # work in bytes (through its busiest port), one byte per unit on that port: flows sharing a
+            # port get equal bytes per second, as NCCL's connections do, so a small send beside a large
+            # all-reduce takes its share of the port, not a share in proportion to its size
+            size = max(demands.values())
+            f = fluid.add_flow(1.0, size, {k: v / size for k, v in demands.items()}, max_rate=1e30, label=label)
             yield f.done
         if holds_sms:
             collective_kernel(src, -1)
