@@ -168,7 +168,10 @@ def _training_workload(case):
             and case.global_batch_size and case.micro_batch_size and (par == "ZERO-3" or "TP" in layout):
         # Megatron-LM of 2021-2022 on Selene (DGX A100): mixed precision, its hand-fused kernels
         # around cuBLAS GEMMs, no distributed optimizer; "SP" adds sequence parallelism, "VPn" the
-        # interleaved schedule; ZeRO-3 rows shard everything over data parallelism alone
+        # interleaved schedule; ZeRO-3 rows shard everything over data parallelism alone. Its default
+        # DDP (``--DDP-impl local``) all-reduced the gradients after the pipeline's last backward
+        # (``train_step``: ``allreduce_gradients()`` after ``forward_backward_func``), and DeepSpeed's
+        # pipeline engine (MT-NLG) reduces them after the schedule too: no overlap with the backward
         layers, hidden, heads = MEGATRON_A100_GPT[case.model]
         t, p = (1, 1) if par == "ZERO-3" else (int(layout["TP"]), int(layout.get("PP", 1)))
         v = int(layout.get("VP", 1))
@@ -182,7 +185,8 @@ def _training_workload(case):
                  f"activation_checkpointing={case.activation_checkpointing or 'none'}",
                  "fusion=megatron", f"parallelism.tensor={t}", f"parallelism.pipeline={p}", f"parallelism.data={d}",
                  f"parallelism.zero_stage={3 if par == 'ZERO-3' else 0}",
-                 f"parallelism.sequence_parallel={str('SP' in par.split()).lower()}"]
+                 f"parallelism.sequence_parallel={str('SP' in par.split()).lower()}",
+                 "parallelism.overlap_communication=false"]
         items += _micro_batch_items(p, v, m)
         return "dgx_a100", [("num_nodes", max(1, n // 8))], "gpt2_large_train", items
     if case.case_id.startswith("torchtitan_") and case.model in LLAMA_GPT_MODELS and par == "FSDP" and n \
@@ -203,7 +207,8 @@ def _training_workload(case):
         # distributed optimizer (ZeRO-1), sequence parallelism with tensor parallelism, whose
         # collectives userbuffers overlap with the GEMMs on H100 (the recipes' MegatronCommOverlapCallback
         # with the tp_overlap_configs/userbuffers.py presets), Transformer Engine FP8 with cuDNN fused
-        # attention, which with "CPn" runs as Transformer Engine's P2P ring
+        # attention, which with "CPn" runs as Transformer Engine's P2P ring; with an interleaved
+        # pipeline the recipes overlap the stages' sends with compute (``overlap_p2p_comm``)
         t, p, v, cp = int(layout["TP"]), int(layout["PP"]), int(layout.get("VP", 1)), int(layout.get("CP", 1))
         d = n // (t * p * cp)
         mbs = case.micro_batch_size or 1
@@ -218,7 +223,8 @@ def _training_workload(case):
                  f"parallelism.tensor={t}", f"parallelism.pipeline={p}", f"parallelism.data={d}",
                  f"parallelism.context={cp}",
                  "parallelism.zero_stage=1", f"parallelism.sequence_parallel={str(t > 1).lower()}",
-                 f"parallelism.tp_comm_overlap={str(t > 1).lower()}"]
+                 f"parallelism.tp_comm_overlap={str(t > 1).lower()}",
+                 f"parallelism.p2p_comm_overlap={str(v > 1).lower()}"]
         items += _micro_batch_items(p, v, micro)
         return "dgx_h100", [("num_nodes", max(1, n // 8))], workload, items
     return None

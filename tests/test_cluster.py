@@ -234,3 +234,17 @@ def test_flows_on_a_port_share_its_bytes_per_second_equally():
     # stage 0: forward (1 s), the forward's send (1 ms), stage 1's forward and backward (2 s), the
     # backward's send (2 ms), its own backward (1 s)
     assert stats.step_s == pytest.approx(4.003)
+
+
+@pytest.mark.parametrize("overlap,step_s", [(True, 6.002), (False, 6.003)])
+def test_blocking_pipeline_sends_hold_the_sender(overlap, step_s):
+    # 2 stages, 2 micro-batches (1F1B), 1 s forward and 1 s backward, 1 ms sends. Overlapped: stage 0
+    # runs F0 F1 back to back, stage 1 F0 (1.001-2.001) B0 F1 B1 (to 5.001), its last send arrives at
+    # 5.002 and stage 0's B1 ends at 6.002. Blocking: stage 1 waits 1 ms after sending B0, so its F1
+    # starts at 3.002, its B1 ends at 5.002, the send arrives at 5.003: one send later
+    from gpusim.engine.collectives import CollectivePlan
+
+    send = CollectivePlan("send_recv", "p2p", "simple", 1e9, 2, 0.0, 1e9, 0.0, 1e12, 1e12)
+    stages = [StageModel([ChunkModel(1.0, 1.0, 1, send_bytes=1e9)]) for _ in range(2)]
+    lp = LayoutPlan("1f1b", 2, 2, 1, p2p_plan=lambda nbytes: send, p2p_overlap=overlap)
+    assert run_step(None, stages, lp).step_s == pytest.approx(step_s)

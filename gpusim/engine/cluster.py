@@ -103,7 +103,8 @@ class ChunkModel:
     head's first, the embedding's last); buckets fill tensor by tensor, as PyTorch DDP's and
     Megatron-LM's do. Empty: ``grad_bytes`` spread evenly over ``num_layers`` layers."""
     send_bytes: float = 0.0
-    """Activation bytes sent to the next pipeline stage per micro-batch (and gradients back)."""
+    """Activation bytes each GPU sends to the next pipeline stage per micro-batch (and gradients back):
+    its tensor-parallel rank's share."""
     context_ring_forward: CollectivePlan | None = None
     """The context-parallel ring's traffic in the forward, run beside the compute: it shares the ports
     with the other flows; what the compute waits for it is ``context_wait_forward_s``."""
@@ -130,6 +131,8 @@ class LayoutPlan:
     zero_stage: int = 0
     overlap: bool = True
     tp_overlap: bool = False
+    p2p_overlap: bool = False
+    """Sends between stages run beside the sender's next compute; off, the sender waits for them."""
     bucket_bytes: float = 25e6
     dp_plan: Any = None  # callable(collective, bytes) -> CollectivePlan over the data-parallel group
     p2p_plan: Any = None  # callable(bytes) -> CollectivePlan between adjacent stages
@@ -374,19 +377,18 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                                   (("microbatch", i), ("chunk", c))))
             if kind == "F":
                 fwd_done[(i, vs)].succeed()
-                if vs < p * v - 1:
-                    dst = (vs + 1) % p
-                    if lp.p2p_plan is not None and ch.send_bytes > 0 and p > 1:
-                        env.process(send(s, lp.p2p_plan(ch.send_bytes), fwd_arrived[(i, vs + 1)], dst, f"F{i}"))
-                    else:
-                        fwd_arrived[(i, vs + 1)].succeed()
+                to, arrived = (vs + 1, fwd_arrived[(i, vs + 1)]) if vs < p * v - 1 else (None, None)
             else:
-                if vs > 0:
-                    dst = (vs - 1) % p
-                    if lp.p2p_plan is not None and ch.send_bytes > 0 and p > 1:
-                        env.process(send(s, lp.p2p_plan(ch.send_bytes), bwd_arrived[(i, vs - 1)], dst, f"B{i}"))
-                    else:
-                        bwd_arrived[(i, vs - 1)].succeed()
+                to, arrived = (vs - 1, bwd_arrived[(i, vs - 1)]) if vs > 0 else (None, None)
+            if to is not None:
+                if lp.p2p_plan is not None and ch.send_bytes > 0 and p > 1:
+                    sending = env.process(send(s, lp.p2p_plan(ch.send_bytes), arrived, to % p, f"{kind}{i}"))
+                    if not lp.p2p_overlap:
+                        t1 = env.now
+                        yield sending
+                        stats[s]["comm"] += env.now - t1
+                else:
+                    arrived.succeed()
         t0 = env.now
         yield dp_idle[s]
         stats[s]["comm"] += env.now - t0
@@ -655,7 +657,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 chunks.append(ChunkModel(fw, bw, per_chunk + (vs == 0) + (vs == P - 1), lcf, lcb,
                                          grad_bytes=params * grad_b, param_bytes=params * weight_b,
                                          grad_layers=grad_layers,
-                                         send_bytes=tp_ar / (t if par.sequence_parallel else 1),
+                                         send_bytes=tp_ar / t,
                                          context_ring_forward=ring_plan_f, context_ring_backward=ring_plan_b,
                                          context_wait_forward_s=ring_wait_f * per_chunk,
                                          context_wait_backward_s=ring_wait_b * per_chunk))
@@ -674,14 +676,28 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                                          param_bytes=params * weight_b)], opt)]
         m = 1
     pp_stride = t * cp * d  # Megatron's rank order: tensor fastest, then context, data, pipeline
+
+    def stage_send(nbytes: float) -> CollectivePlan:
+        """A send to the next stage. Each tensor-parallel rank sends its 1/t of the activations;
+        without sequence parallelism, where the next stage needs them whole, the receivers then
+        all-gather them over NVLink (Megatron-LM's scatter-gather, on by default since 2021: Narayanan
+        et al. 2021 §4.1). The two run as one flow on the ports, each part at its own rate."""
+        send = plan_collective("send_recv", nbytes, 2, fabric, gpus_per_node=1 if pp_stride >= gpn else 2)
+        if t == 1 or par.sequence_parallel:
+            return send
+        gather = group_plan("all_gather", nbytes * t, t, 1)
+        rate = send.intra_bytes_per_s if send.intra_bytes > 0 else gather.intra_bytes_per_s
+        intra = send.intra_bytes + gather.intra_bytes * rate / gather.intra_bytes_per_s
+        return dataclasses.replace(send, algorithm=f"{send.algorithm}+all_gather", latency_s=send.latency_s
+                                   + gather.latency_s, intra_bytes=intra, intra_bytes_per_s=rate)
     lp = LayoutPlan(
         schedule=par.schedule if p > 1 else "1f1b", num_stages=p, num_microbatches=m, num_chunks=v if lm else 1,
         zero_stage=par.zero_stage, overlap=par.overlap_communication, tp_overlap=par.tp_comm_overlap,
+        p2p_overlap=par.p2p_comm_overlap,
         bucket_bytes=par.bucket_bytes,
         # the gradient reduction and ZeRO sharding span every GPU holding the same weights
         dp_plan=(lambda coll, nbytes: group_plan(coll, nbytes, d * cp, t)) if d * cp > 1 else None,
-        p2p_plan=(lambda nbytes: plan_collective("send_recv", nbytes, 2, fabric,
-                                                 gpus_per_node=1 if pp_stride >= gpn else 2)) if p > 1 else None,
+        p2p_plan=stage_send if p > 1 else None,
     )
     if lm and par.zero_stage == 3 and d * cp == 1:
         warnings.append("zero_stage 3 with data 1 shards nothing")

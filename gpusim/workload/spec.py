@@ -355,6 +355,11 @@ class ParallelismSpec(Spec):
     ``--tp-comm-overlap``, Transformer Engine's userbuffers): a layer group's collectives run while its
     compute does, holding the collectives' share of the SMs, and the group waits for the longer of the
     two. Off, they run after the compute (Megatron's default)."""
+    p2p_comm_overlap: bool = False
+    """Overlap a pipeline stage's sends with its next compute (Megatron-LM's ``--overlap-p2p-communication``,
+    NeMo's ``overlap_p2p_comm``). Off, a stage waits for each send to complete before its next forward
+    or backward, as Megatron-LM's default blocking ``batch_isend_irecv`` and DeepSpeed's pipeline
+    engine do."""
     bucket_bytes: NumBytes = 25e6
     """Gradient bucket for the overlapped data-parallel reduction (PyTorch DDP's default 25 MB)."""
     param_gather_dtype: Optional[Literal["fp32", "bf16", "fp16", "fp8"]] = None
