@@ -248,3 +248,20 @@ def test_blocking_pipeline_sends_hold_the_sender(overlap, step_s):
     stages = [StageModel([ChunkModel(1.0, 1.0, 1, send_bytes=1e9)]) for _ in range(2)]
     lp = LayoutPlan("1f1b", 2, 2, 1, p2p_plan=lambda nbytes: send, p2p_overlap=overlap)
     assert run_step(None, stages, lp).step_s == pytest.approx(step_s)
+
+
+def test_tensor_parallel_ranks_send_their_share_and_gather_it_without_sequence_parallelism():
+    hw = load_hardware("dgx_h100")
+
+    def first_send(sp: bool):
+        wl = load_workload("llama2_7b_train", ["config.num_layers=4", "parallelism.tensor=2", "parallelism.pipeline=2",
+                                               "parallelism.microbatches=2", f"parallelism.sequence_parallel={sp}"])
+        r = simulate_system(hw, wl, record_spans=True)
+        span = next(s for s in r.spans if s.name == "send_recv F0")
+        return dict(span.args), span.end_s - span.start_s
+
+    b, s, h = 1, 4096, 4096  # llama2_7b_train's micro-batch, sequence and width: BF16 activations
+    (with_sp, t_sp), (without, t_plain) = first_send(True), first_send(False)
+    assert with_sp["bytes"] == without["bytes"] == b * s * h * 2 / 2  # each rank's half
+    assert (with_sp["algorithm"], without["algorithm"]) == ("p2p", "p2p+all_gather")
+    assert t_plain > t_sp  # the all-gather that makes the activations whole again costs time
