@@ -131,10 +131,9 @@ def _processes(result: SimulationResult, staged: bool) -> list[tuple[str, int | 
 
 def trace_events(result: SimulationResult) -> list[dict[str, Any]]:
     """Chrome trace events (microseconds): a process per device with a thread per track, plus counter
-    tracks for HBM utilization, L2 hit rate and SM occupancy. A parallel layout's trace has a process
-    per GPU (see :func:`_processes`) whose threads are its compute, its NVLink port and its network port:
-    the engine's spans on ``stage S TRACK`` go to every GPU of stage S, its device spans (tensor-parallel
-    inference) to every GPU."""
+    tracks for HBM utilization, L2 hit rate and SM occupancy. A parallel training step's trace has a
+    process per GPU (see :func:`_processes`) whose threads are its compute, its NVLink port and its
+    network port: the engine's spans on ``stage S TRACK`` go to every GPU of stage S."""
     by_stage: dict[int | None, list[tuple[str, Span]]] = {}
     for span in result.spans:
         m = _STAGE_TRACK.match(span.track)
