@@ -200,3 +200,30 @@ def test_a_tensor_parallel_inference_trace_shows_one_rank_for_all(tmp_path, caps
     assert [e["args"]["name"] for e in events if e["name"] == "process_name"] == [
         "dgx_h100: llama2-7b-inference: GPUs 0-1 (2 identical ranks, one shown)"]
     assert {e["pid"] for e in events} == {1}
+
+
+@pytest.mark.parametrize("workload,items", [
+    ("llama2_7b_inference", ["parallelism.tensor=2"]),
+    ("mixtral_8x7b_inference", ["parallelism.tensor=2"]),
+    ("llama2_7b_inference", ["parallelism.tensor=2", "parallelism.pipeline=2"]),
+])
+def test_inference_collectives_sit_on_the_timeline_between_the_kernels(workload, items):
+    from gpusim.config import load_hardware
+    from gpusim.engine.cluster import simulate_system
+    from gpusim.workload import load_workload
+
+    layers, steps = 2, 4
+    wl = load_workload(workload, [f"config.num_layers={layers}", f"generate_len={steps}", *items])
+    r = simulate_system(load_hardware("dgx_h100"), wl, record_spans=True)
+    comm = [s for s in r.spans if s.track in ("NVLink port", "network port")]
+    calls = {label: sum(dict(s.args)["calls"] for s in comm if label in s.name)
+             for label in ("tensor parallel", "pipeline sends")}
+    # 2 L + 1 all-reduces per token pass (the prompt, then each decoded token), p - 1 sends per pass
+    passes = 1 + steps
+    pipeline = r.parallelism["pipeline"]
+    assert calls == {"tensor parallel": (2 * layers + 1) * passes, "pipeline sends": (pipeline - 1) * passes}
+    assert sum(s.end_s - s.start_s for s in comm) == pytest.approx(r.time_breakdown_s["exposed_communication"])
+    # nothing overlaps on the rank's timeline: kernels and collectives follow each other to the end
+    busy = sorted([(k.start_s, k.start_s + k.time_s) for k in r.kernels] + [(s.start_s, s.end_s) for s in comm])
+    assert all(b[0] >= a[1] - 1e-12 for a, b in zip(busy, busy[1:]))
+    assert busy[-1][1] == pytest.approx(r.total_time_s)

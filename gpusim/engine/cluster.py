@@ -15,6 +15,7 @@ then pipeline; a group whose stride times size exceeds a node spans nodes and us
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -807,24 +808,61 @@ def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, lau
                            spec=workload.spec)
     result = simulate(hardware, rank, launch_mode=launch_mode, record_spans=record_spans)
     compute = result.total_time_s
-    act = dtype_bytes(pol.activation_dtype)
-    h = r.hidden_size
-    passes = [(spec.batch_size * details["prompt_len"], 1)]
-    passes += [(spec.batch_size, b["num_steps"]) for b in details.get("decode_buckets", [])]
+    nbytes = {"prefill": spec.batch_size * details["prompt_len"] * r.hidden_size * dtype_bytes(pol.activation_dtype)}
+    for j in range(len(details.get("decode_buckets", []))):
+        nbytes[f"decode{j}"] = spec.batch_size * r.hidden_size * dtype_bytes(pol.activation_dtype)
+    gpn = hardware.num_gpus_per_node
+
+    def comm_after(i: int) -> list[tuple[CollectivePlan, int, str]]:
+        """The collectives that follow kernel ``i`` of the rank's timeline, as (plan, calls, label): the
+        tensor-parallel all-reduce after the embedding, after each layer's attention projection and at
+        the end of each layer (2 L + 1 per token pass, Megatron-style), and the pipeline's p - 1 sends
+        after each pass; a kernel record standing for ``repeat`` decode steps is followed by as many."""
+        k = kernels[i]
+        here = k.node.split(".")
+        ahead = kernels[i + 1].node.split(".") if i + 1 < len(kernels) else []
+        if here[0] not in nbytes or len(here) < 3:
+            return []
+        out = []
+        calls = max(1, k.repeat)
+        unit_ends = ahead[:2] != here[:2]
+        if t > 1 and (here[1] == "embedding" and unit_ends or here[1].startswith("layer")
+                      and (unit_ends or here[2] == "proj" and ahead[:3] != here[:3])):
+            out.append((group_plan("all_reduce", nbytes[here[0]], t, 1), calls, "tensor parallel"))
+        if p > 1 and ahead[:1] != here[:1]:
+            send = plan_collective("send_recv", nbytes[here[0]], 2, fabric, gpus_per_node=1 if t >= gpn else 2)
+            out.append((send, calls * (p - 1), "pipeline sends"))
+        return out
+
+    # the collectives run between the rank's kernels: every later kernel and span moves by their time
+    kernels = list(result.kernels)
     comm = 0.0
     moved = {"intra": 0.0, "nic": 0.0}  # bytes one GPU sends (and receives) over its ports
-    for tokens, count in passes:
-        plans = []
-        if t > 1:
-            plans.append((count * (2 * r.num_layers + 1), group_plan("all_reduce", tokens * h * act, t, 1)))
-        if p > 1:
-            gpn = hardware.num_gpus_per_node
-            plans.append((count * (p - 1), plan_collective("send_recv", tokens * h * act, 2, fabric,
-                                                           gpus_per_node=1 if t >= gpn else 2)))
-        for calls, plan in plans:
+    points: list[float] = []  # kernel ends (unshifted) where collectives were inserted
+    shifts: list[float] = []  # the total shift from each point on
+    comm_spans = []
+    for i, k in enumerate(kernels):
+        end = k.start_s + k.time_s
+        kernels[i] = dataclasses.replace(k, start_s=k.start_s + comm)
+        for plan, calls, label in comm_after(i):
+            if record_spans:
+                port = "network port" if plan.nic_bytes > 0 else "NVLink port"
+                name = f"{plan.collective} {label}" + (f" x{calls}" if calls > 1 else "")
+                comm_spans.append(Span(port, name, end + comm, end + comm + calls * plan.time_s,
+                                       (("algorithm", plan.algorithm), ("protocol", plan.protocol),
+                                        ("bytes", plan.num_bytes), ("calls", calls))))
             comm += calls * plan.time_s
             moved["intra"] += calls * plan.intra_bytes
             moved["nic"] += calls * plan.nic_bytes
+            points.append(end - 1e-12)
+            shifts.append(comm)
+
+    def moved_span(span: Span) -> Span:
+        j = bisect.bisect_right(points, span.start_s)
+        d = shifts[j - 1] if j else 0.0
+        return dataclasses.replace(span, start_s=span.start_s + d, end_s=span.end_s + d)
+
+    spans = tuple(moved_span(sp) for sp in result.spans) + tuple(comm_spans)
     total = compute + comm
     # the representative GPU's ports, named as a training step names stage 0's
     util = {}
@@ -837,13 +875,13 @@ def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, lau
     peak = _peak(hardware, spec.precision)
     n_gpus = t * p
     return SimulationResult(
-        hardware=hardware.name, workload=workload.name, total_time_s=total, kernels=result.kernels,
+        hardware=hardware.name, workload=workload.name, total_time_s=total, kernels=tuple(kernels),
         peak_memory_bytes=footprint, memory_capacity_bytes=hardware.gpu.dram.capacity_bytes, fits_in_memory=fits,
         launch_mode=launch_mode, calibration_source=result.calibration_source, step_time_s=total,
         samples_per_s=workload.samples_per_step / total,
         tokens_per_s=(workload.tokens_per_step / total) if workload.tokens_per_step else None,
         mfu_fraction=workload.model_flop_per_step / (total * peak * n_gpus) if peak > 0 else 0.0,
         memory=memory, time_breakdown_s={"compute": compute, "exposed_communication": comm},
-        warnings=tuple(warnings), spans=result.spans, num_unique_kernels=result.num_unique_kernels,
+        warnings=tuple(warnings), spans=spans, num_unique_kernels=result.num_unique_kernels,
         num_gpus=n_gpus, parallelism=par.model_dump(), link_utilization=util,
     )
