@@ -330,7 +330,13 @@ def apply_power_cap(result, hardware, tdp_w: float | None = None):
     breakdown = dict(result.time_breakdown_s)
     breakdown["compute"] = breakdown.get("compute", 0.0) + shift  # throttled time is time spent computing
     changes: dict[str, Any] = {"kernels": tuple(new_records), "total_time_s": total, "time_breakdown_s": breakdown}
-    if result.spans:
+    if result.spans and any(sp.track.startswith("stage ") for sp in result.spans):
+        # a multi-GPU training step's timeline (its records are one representative block, not the
+        # timeline): stretched evenly to the capped step, its compute being most of it
+        factor = total / result.total_time_s
+        changes["spans"] = tuple(dataclasses.replace(sp, start_s=sp.start_s * factor, end_s=sp.end_s * factor)
+                                 for sp in result.spans)
+    elif result.spans:
         changes["spans"] = _stretched_spans(result.spans, records, new_records)
     if result.step_time_s is not None:
         changes["step_time_s"] = result.step_time_s + shift

@@ -227,7 +227,7 @@ def test_flows_on_a_port_share_its_bytes_per_second_equally():
 
     stages = [StageModel([ChunkModel(1.0, 1.0, 1, send_bytes=1e9)]),
               StageModel([ChunkModel(1.0, 1.0, 1, grad_bytes=1e12, send_bytes=1e9)])]
-    lp = LayoutPlan("1f1b", 2, 1, 1, dp_plan=plan, p2p_plan=lambda nbytes: plan("send_recv", nbytes))
+    lp = LayoutPlan("1f1b", 2, 1, 1, dp_plan=plan, p2p_plan=lambda nbytes, src, dst: plan("send_recv", nbytes))
     stats = run_step(None, stages, lp, record_spans=True)
     back = [s for s in stats.spans if s.track == "stage 1 NVLink port" and s.name == "send_recv B0"]
     assert back[0].end_s - back[0].start_s == pytest.approx(2e-3)
@@ -246,7 +246,7 @@ def test_blocking_pipeline_sends_hold_the_sender(overlap, step_s):
 
     send = CollectivePlan("send_recv", "p2p", "simple", 1e9, 2, 0.0, 1e9, 0.0, 1e12, 1e12)
     stages = [StageModel([ChunkModel(1.0, 1.0, 1, send_bytes=1e9)]) for _ in range(2)]
-    lp = LayoutPlan("1f1b", 2, 2, 1, p2p_plan=lambda nbytes: send, p2p_overlap=overlap)
+    lp = LayoutPlan("1f1b", 2, 2, 1, p2p_plan=lambda nbytes, src, dst: send, p2p_overlap=overlap)
     assert run_step(None, stages, lp).step_s == pytest.approx(step_s)
 
 
@@ -265,3 +265,35 @@ def test_tensor_parallel_ranks_send_their_share_and_gather_it_without_sequence_p
     assert with_sp["bytes"] == without["bytes"] == b * s * h * 2 / 2  # each rank's half
     assert (with_sp["algorithm"], without["algorithm"]) == ("p2p", "p2p+all_gather")
     assert t_plain > t_sp  # the all-gather that makes the activations whole again costs time
+
+
+def test_flows_limited_by_the_same_port_share_it_equally_whatever_else_they_use():
+    # the gradient all-reduce moves 1e12 bytes over NVLink (1 s at 1e12 B/s) and 2e11 over the network
+    # port (2 s at 1e11 B/s): the network port limits it, as it limits the 1e8-byte send beside it
+    # (1 ms alone). Equal shares of that port: the send takes 2 ms
+    from types import SimpleNamespace
+
+    from gpusim.engine.collectives import CollectivePlan
+
+    fabric = SimpleNamespace(intra_port_bytes_per_s=1e12, nic_port_bytes_per_s=1e11, collective_sm_fraction=0.0)
+
+    def reduce(kind, nbytes):
+        return CollectivePlan(kind, "hierarchical", "simple", nbytes, 16, 0.0, 1e12, 2e11, 1e12, 1e11)
+
+    def send(nbytes, src, dst):
+        return CollectivePlan("send_recv", "p2p", "simple", nbytes, 2, 0.0, 0.0, nbytes, 1e12, 1e11)
+
+    stages = [StageModel([ChunkModel(1.0, 1.0, 1, send_bytes=1e8)]),
+              StageModel([ChunkModel(1.0, 1.0, 1, grad_bytes=1e12, send_bytes=1e8)])]
+    stats = run_step(fabric, stages, LayoutPlan("1f1b", 2, 1, 1, dp_plan=reduce, p2p_plan=send), record_spans=True)
+    back = next(s for s in stats.spans if s.track == "stage 1 network port" and s.name == "send_recv B0")
+    assert back.end_s - back.start_s == pytest.approx(2e-3)
+
+
+def test_a_send_between_stages_on_different_nodes_crosses_the_network():
+    # tensor 4, pipeline 4 on two 8-GPU nodes: stages 0 and 1 share node 0, stages 2 and 3 node 1
+    wl = load_workload("llama2_7b_train", ["config.num_layers=4", "parallelism.tensor=4", "parallelism.pipeline=4",
+                                           "parallelism.microbatches=4"])
+    r = simulate_system(load_hardware("dgx_h100", [("num_nodes", 2)]), wl, record_spans=True)
+    tracks = {s.track for s in r.spans if s.name == "send_recv F0"}
+    assert tracks == {"stage 0 NVLink port", "stage 1 network port", "stage 2 NVLink port"}

@@ -266,6 +266,18 @@ def test_the_trace_of_a_capped_run_shows_the_throttled_kernels(h100):
         dict(old_hbm.args)["utilization_fraction"] * before.time_s / kernel.time_s)
 
 
+def test_the_trace_of_a_capped_training_step_ends_with_the_step():
+    from gpusim.engine.cluster import simulate_system
+
+    hw = load_hardware("dgx_h100")
+    wl = load_workload("llama2_7b_train", ["config.num_layers=4", "parallelism.data=2", "parallelism.pipeline=2",
+                                           "parallelism.microbatches=4"])
+    uncapped = simulate_system(hw, wl, record_spans=True)
+    capped = with_energy(uncapped, hw, tdp_w=400.0)
+    assert capped.total_time_s > 1.05 * uncapped.total_time_s
+    assert max(s.end_s for s in capped.spans) == pytest.approx(capped.total_time_s)
+
+
 def test_unified_memory_pages_only_into_the_hosts_memory():
     wl = load_workload("llama2_7b_train", ["batch_size=32"])
     roomy = load_hardware("h100_sxm5_80gb")  # 2 TiB of host memory: the 552 GiB overflow pages there

@@ -217,13 +217,18 @@ def test_inference_collectives_sit_on_the_timeline_between_the_kernels(workload,
     r = simulate_system(load_hardware("dgx_h100"), wl, record_spans=True)
     comm = [s for s in r.spans if s.track in ("NVLink port", "network port")]
     calls = {label: sum(dict(s.args)["calls"] for s in comm if label in s.name)
-             for label in ("tensor parallel", "pipeline sends")}
+             for label in ("tensor parallel", "pipeline send")}
     # 2 L + 1 all-reduces per token pass (the prompt, then each decoded token), p - 1 sends per pass
     passes = 1 + steps
     pipeline = r.parallelism["pipeline"]
-    assert calls == {"tensor parallel": (2 * layers + 1) * passes, "pipeline sends": (pipeline - 1) * passes}
+    assert calls == {"tensor parallel": (2 * layers + 1) * passes, "pipeline send": (pipeline - 1) * passes}
     assert sum(s.end_s - s.start_s for s in comm) == pytest.approx(r.time_breakdown_s["exposed_communication"])
     # nothing overlaps on the rank's timeline: kernels and collectives follow each other to the end
     busy = sorted([(k.start_s, k.start_s + k.time_s) for k in r.kernels] + [(s.start_s, s.end_s) for s in comm])
     assert all(b[0] >= a[1] - 1e-12 for a, b in zip(busy, busy[1:]))
     assert busy[-1][1] == pytest.approx(r.total_time_s)
+    # a pipeline send follows the last layer of the first stage, whose kernel ends where it starts
+    for span in (s for s in comm if "pipeline send" in s.name):
+        before = max((k for k in r.kernels if k.start_s + k.time_s <= span.start_s + 1e-12),
+                     key=lambda k: k.start_s + k.time_s)
+        assert f".layer{layers // pipeline - 1}." in before.node

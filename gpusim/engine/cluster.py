@@ -136,8 +136,7 @@ class LayoutPlan:
     """Sends between stages run beside the sender's next compute; off, the sender waits for them."""
     bucket_bytes: float = 25e6
     dp_plan: Any = None  # callable(collective, bytes) -> CollectivePlan over the data-parallel group
-    p2p_plan: Any = None  # callable(bytes) -> CollectivePlan between adjacent stages
-    p2p_over_network: bool = False
+    p2p_plan: Any = None  # callable(bytes, from stage, to stage) -> CollectivePlan of a send between stages
 
 
 @dataclass
@@ -221,10 +220,10 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             demands[tx_n] = demands.get(tx_n, 0.0) + scaled
             demands[rd[3]] = demands.get(rd[3], 0.0) + scaled
         if demands:
-            # work in bytes (through its busiest port), one byte per unit on that port: flows sharing a
-            # port get equal bytes per second, as NCCL's connections do, so a small send beside a large
-            # all-reduce takes its share of the port, not a share in proportion to its size
-            size = max(demands.values())
+            # work in seconds on its busiest port (the one that limits it alone): flows limited by the
+            # same port get equal bytes per second there, as NCCL's connections do, so a small send
+            # beside a large all-reduce takes its share of the port, not a share in proportion to size
+            size = max(v / caps[k] for k, v in demands.items())
             f = fluid.add_flow(1.0, size, {k: v / size for k, v in demands.items()}, max_rate=1e30, label=label)
             yield f.done
         if holds_sms:
@@ -383,7 +382,8 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 to, arrived = (vs - 1, bwd_arrived[(i, vs - 1)]) if vs > 0 else (None, None)
             if to is not None:
                 if lp.p2p_plan is not None and ch.send_bytes > 0 and p > 1:
-                    sending = env.process(send(s, lp.p2p_plan(ch.send_bytes), arrived, to % p, f"{kind}{i}"))
+                    sending = env.process(send(s, lp.p2p_plan(ch.send_bytes, s, to % p), arrived, to % p,
+                                               f"{kind}{i}" + (f".{c}" if v > 1 else "")))
                     if not lp.p2p_overlap:
                         t1 = env.now
                         yield sending
@@ -678,12 +678,14 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         m = 1
     pp_stride = t * cp * d  # Megatron's rank order: tensor fastest, then context, data, pipeline
 
-    def stage_send(nbytes: float) -> CollectivePlan:
-        """A send to the next stage. Each tensor-parallel rank sends its 1/t of the activations;
-        without sequence parallelism, where the next stage needs them whole, the receivers then
-        all-gather them over NVLink (Megatron-LM's scatter-gather, on by default since 2021: Narayanan
-        et al. 2021 §4.1). The two run as one flow on the ports, each part at its own rate."""
-        send = plan_collective("send_recv", nbytes, 2, fabric, gpus_per_node=1 if pp_stride >= gpn else 2)
+    def stage_send(nbytes: float, src: int, dst: int) -> CollectivePlan:
+        """A send from stage ``src`` to stage ``dst``: over NVLink when their GPUs share a node, else
+        over the network. Each tensor-parallel rank sends its 1/t of the activations; without sequence
+        parallelism, where the next stage needs them whole, the receivers then all-gather them over
+        NVLink (Megatron-LM's scatter-gather, on by default since 2021: Narayanan et al. 2021 §4.1).
+        The two run as one flow on the ports, each part at its own rate."""
+        same_node = src * pp_stride // gpn == dst * pp_stride // gpn
+        send = plan_collective("send_recv", nbytes, 2, fabric, gpus_per_node=2 if same_node else 1)
         if t == 1 or par.sequence_parallel:
             return send
         gather = group_plan("all_gather", nbytes * t, t, 1)
@@ -812,12 +814,14 @@ def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, lau
     for j in range(len(details.get("decode_buckets", []))):
         nbytes[f"decode{j}"] = spec.batch_size * r.hidden_size * dtype_bytes(pol.activation_dtype)
     gpn = hardware.num_gpus_per_node
+    stage_ends = {f"layer{round(r.num_layers * k / p) - 1}" for k in range(1, p)}  # each stage's last layer
 
     def comm_after(i: int) -> list[tuple[CollectivePlan, int, str]]:
         """The collectives that follow kernel ``i`` of the rank's timeline, as (plan, calls, label): the
         tensor-parallel all-reduce after the embedding, after each layer's attention projection and at
-        the end of each layer (2 L + 1 per token pass, Megatron-style), and the pipeline's p - 1 sends
-        after each pass; a kernel record standing for ``repeat`` decode steps is followed by as many."""
+        the end of each layer (2 L + 1 per token pass, Megatron-style), and a pipeline send after the
+        last layer of each stage but the last; a kernel record standing for ``repeat`` decode steps is
+        followed by as many."""
         k = kernels[i]
         here = k.node.split(".")
         ahead = kernels[i + 1].node.split(".") if i + 1 < len(kernels) else []
@@ -829,9 +833,9 @@ def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, lau
         if t > 1 and (here[1] == "embedding" and unit_ends or here[1].startswith("layer")
                       and (unit_ends or here[2] == "proj" and ahead[:3] != here[:3])):
             out.append((group_plan("all_reduce", nbytes[here[0]], t, 1), calls, "tensor parallel"))
-        if p > 1 and ahead[:1] != here[:1]:
+        if p > 1 and unit_ends and here[1] in stage_ends:
             send = plan_collective("send_recv", nbytes[here[0]], 2, fabric, gpus_per_node=1 if t >= gpn else 2)
-            out.append((send, calls * (p - 1), "pipeline sends"))
+            out.append((send, calls, "pipeline send"))
         return out
 
     # the collectives run between the rank's kernels: every later kernel and span moves by their time

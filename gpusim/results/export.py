@@ -113,13 +113,17 @@ def _gpu_label(rank: int, per_stage: int, layout: dict[str, Any]) -> str:
 def _processes(result: SimulationResult, staged: bool) -> list[tuple[str, int | None]]:
     """The trace's processes as (name, pipeline stage; None: every stage). One process for a single
     device, for an op workload on a system (its ops run on one GPU or, for a collective, alike on
-    all) and for tensor-parallel inference (one rank's kernels: the ranks are identical); for a
+    all) and for inference (one tensor-parallel rank's kernels, through every pipeline stage in turn); for a
     training step (``staged``: its spans name their stage) one per GPU, or one per stage above
     :data:`TRACE_GPUS_MAX` GPUs."""
     title = f"{result.hardware}: {result.workload}"
     if result.num_gpus <= 1 or not result.parallelism:
         return [(title, None)]
     if not staged:
+        stages = int(result.parallelism.get("pipeline", 1))
+        if stages > 1:  # inference: a token passes the stages in turn, each stage's ranks identical
+            return [(f"{title}: GPUs 0-{result.num_gpus - 1} (one tensor-parallel rank of each of the {stages} "
+                     "pipeline stages, in turn)", None)]
         return [(f"{title}: GPUs 0-{result.num_gpus - 1} ({result.num_gpus} identical ranks, one shown)", None)]
     stages = int(result.parallelism.get("pipeline", 1))
     per_stage = result.num_gpus // stages
