@@ -52,6 +52,7 @@ import numpy as np
 from gpusim.config.hardware import DTYPES
 from gpusim.engine.machine import Machine, machine_of
 from gpusim.errors import SimulationError
+from gpusim.results.result import track_stage
 from gpusim.units import format_quantity
 
 MIN_CLOCK_FRACTION = 0.3
@@ -330,7 +331,7 @@ def apply_power_cap(result, hardware, tdp_w: float | None = None):
     breakdown = dict(result.time_breakdown_s)
     breakdown["compute"] = breakdown.get("compute", 0.0) + shift  # throttled time is time spent computing
     changes: dict[str, Any] = {"kernels": tuple(new_records), "total_time_s": total, "time_breakdown_s": breakdown}
-    if result.spans and any(sp.track.startswith("stage ") for sp in result.spans):
+    if any(track_stage(sp.track)[0] is not None for sp in result.spans):
         # a multi-GPU training step's timeline (its records are one representative block, not the
         # timeline): stretched evenly to the capped step, its compute being most of it
         factor = total / result.total_time_s

@@ -29,7 +29,7 @@ from gpusim.engine.collectives import CollectivePlan, Fabric, fabric_of, plan_co
 from gpusim.engine.fluid import FluidSystem
 from gpusim.engine.simulate import PRECISION_PEAK_DTYPE, opening_warnings, simulate
 from gpusim.errors import ConfigError, SimulationError
-from gpusim.results.result import SimulationResult, Span
+from gpusim.results.result import SimulationResult, Span, stage_track
 from gpusim.workload.graph import OpNode, WorkloadGraph
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
@@ -232,9 +232,9 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             # on the sending GPU's port, and for a send between stages on the receiver's too
             port = "network port" if plan.nic_bytes > 0 else "NVLink port"
             args = (("algorithm", plan.algorithm), ("protocol", plan.protocol), ("bytes", plan.num_bytes))
-            spans.append(Span(f"stage {src} {port}", f"{plan.collective} {label}", start, env.now, args))
+            spans.append(Span(stage_track(src, port), f"{plan.collective} {label}", start, env.now, args))
             if dst is not None and dst != src:
-                spans.append(Span(f"stage {dst} {port}", f"{plan.collective} {label} from stage {src}", start,
+                spans.append(Span(stage_track(dst, port), f"{plan.collective} {label} from stage {src}", start,
                                   env.now, args))
 
     def merged(plans: list[CollectivePlan]) -> CollectivePlan | None:
@@ -371,9 +371,9 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 yield env.timeout(ring_wait)
                 stats[s]["comm"] += ring_wait
                 if record_spans:
-                    spans.append(Span(f"stage {s} context ring", "ring attention (exposed)", t1, env.now))
+                    spans.append(Span(stage_track(s, "context ring"), "ring attention (exposed)", t1, env.now))
             if record_spans:
-                spans.append(Span(f"stage {s} compute", f"{kind}{i}" + (f".{c}" if v > 1 else ""), start, env.now,
+                spans.append(Span(stage_track(s, "compute"), f"{kind}{i}" + (f".{c}" if v > 1 else ""), start, env.now,
                                   (("microbatch", i), ("chunk", c))))
             if kind == "F":
                 fwd_done[(i, vs)].succeed()
@@ -398,7 +398,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
         yield env.timeout(st.optimizer_s)
         stats[s]["optimizer"] += env.now - t0
         if record_spans and st.optimizer_s > 0:
-            spans.append(Span(f"stage {s} compute", "optimizer", t0, env.now))
+            spans.append(Span(stage_track(s, "compute"), "optimizer", t0, env.now))
         stats[s]["end"] = env.now
 
     for s in range(p):

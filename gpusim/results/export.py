@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gpusim.errors import ConfigError, GpusimError
-from gpusim.results.result import SimulationResult, Span
+from gpusim.results.result import SimulationResult, Span, track_stage
 
 TRACK_ORDER = ("host", "stream 0", "host link", "SMs", "L2", "HBM")
 STEP_TRACK_ORDER = ("compute", "NVLink port", "network port", "context ring")
@@ -87,9 +86,6 @@ TRACE_GPUS_MAX = 64
 """A multi-GPU trace shows one process per GPU up to this many GPUs; above it, one process per pipeline
 stage stands for the stage's GPUs (identical by symmetry: the engine simulates one per stage)."""
 
-_STAGE_TRACK = re.compile(r"^stage (\d+) (.+)$")
-
-
 def _track_names(used: set[str]) -> list[str]:
     """A device's tracks in their usual order (all of them, the host link too when nothing crossed it),
     then a training step's that are used, in their order."""
@@ -140,8 +136,7 @@ def trace_events(result: SimulationResult) -> list[dict[str, Any]]:
     network port: the engine's spans on ``stage S TRACK`` go to every GPU of stage S."""
     by_stage: dict[int | None, list[tuple[str, Span]]] = {}
     for span in result.spans:
-        m = _STAGE_TRACK.match(span.track)
-        stage, track = (int(m.group(1)), m.group(2)) if m else (None, span.track)
+        stage, track = track_stage(span.track)
         by_stage.setdefault(stage, []).append((track, span))
     processes = _processes(result, staged=any(stage is not None for stage in by_stage))
     if len(processes) == 1:  # one device (or a system's op workload): every span on it, whatever its stage

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +17,20 @@ class Span:
     start_s: float
     end_s: float
     args: tuple[tuple[str, Any], ...] = ()
+
+
+_STAGE_TRACK = re.compile(r"^stage (\d+) (.+)$")
+
+
+def stage_track(stage: int, track: str) -> str:
+    """The name of a multi-GPU step's track on the GPUs of pipeline stage ``stage`` (``stage 1 compute``)."""
+    return f"stage {stage} {track}"
+
+
+def track_stage(track: str) -> tuple[int | None, str]:
+    """``(stage, track)`` of a :func:`stage_track` name; ``(None, track)`` for a device's own track."""
+    m = _STAGE_TRACK.match(track)
+    return (int(m.group(1)), m.group(2)) if m else (None, track)
 
 
 @dataclass(frozen=True)
