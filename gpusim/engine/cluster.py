@@ -810,9 +810,9 @@ def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, lau
                            spec=workload.spec)
     result = simulate(hardware, rank, launch_mode=launch_mode, record_spans=record_spans)
     compute = result.total_time_s
-    nbytes = {"prefill": spec.batch_size * details["prompt_len"] * r.hidden_size * dtype_bytes(pol.activation_dtype)}
-    for j in range(len(details.get("decode_buckets", []))):
-        nbytes[f"decode{j}"] = spec.batch_size * r.hidden_size * dtype_bytes(pol.activation_dtype)
+    token_bytes = r.hidden_size * dtype_bytes(pol.activation_dtype)  # one token's activations
+    nbytes = {"prefill": spec.batch_size * details["prompt_len"] * token_bytes}  # per pass
+    nbytes.update({f"decode{j}": spec.batch_size * token_bytes for j in range(len(details.get("decode_buckets", [])))})
     gpn = hardware.num_gpus_per_node
     stage_ends = {f"layer{round(r.num_layers * k / p) - 1}" for k in range(1, p)}  # each stage's last layer
 
