@@ -297,3 +297,13 @@ def test_a_send_between_stages_on_different_nodes_crosses_the_network():
     r = simulate_system(load_hardware("dgx_h100", [("num_nodes", 2)]), wl, record_spans=True)
     tracks = {s.track for s in r.spans if s.name == "send_recv F0"}
     assert tracks == {"stage 0 NVLink port", "stage 1 network port", "stage 2 NVLink port"}
+
+
+def test_overlapped_pipeline_sends_never_make_a_step_slower():
+    # parallelism.p2p_comm_overlap reaches the engine: the sends leave the compute's critical path
+    hw = load_hardware("dgx_h100", [("num_nodes", 2)])
+    items = ["config.num_layers=4", "parallelism.tensor=4", "parallelism.pipeline=4", "parallelism.microbatches=8"]
+    blocking = simulate_system(hw, load_workload("llama2_7b_train", items))
+    overlapped = simulate_system(hw, load_workload("llama2_7b_train", items + ["parallelism.p2p_comm_overlap=true"]))
+    assert overlapped.step_time_s < blocking.step_time_s
+    assert overlapped.time_breakdown_s["exposed_communication"] < blocking.time_breakdown_s["exposed_communication"]
