@@ -90,23 +90,26 @@ def test_tensor_parallel_inference_is_faster_per_token():
 
 def _one_stage_zero3_step(sm_fraction: float):
     # One GPU stage, one micro-batch of 1 s forward compute over 2 layers and no backward compute;
-    # ZeRO-3 gathers parameters in one collective that alone takes 0.4 s on the port.
+    # ZeRO-3 gathers each layer's parameters before it runs: 0.2 s alone on the port per layer (0.4 s
+    # per GB).
     import dataclasses
 
     from gpusim.engine.collectives import CollectivePlan, fabric_of
 
     fabric = dataclasses.replace(fabric_of(load_hardware("dgx_h100")), collective_sm_fraction=sm_fraction)
     rate = fabric.intra_port_bytes_per_s
-    plan = CollectivePlan("all_gather", "ring", "Simple", 1e9, 8, 0.0, 0.4 * rate, 0.0, rate, 0.0)
+    def plan(collective: str, nbytes: float) -> CollectivePlan:
+        return CollectivePlan(collective, "ring", "Simple", nbytes, 8, 0.0, 0.4 * rate * nbytes / 1e9, 0.0, rate, 0.0)
+
     stage = StageModel([ChunkModel(1.0, 0.0, 2, param_bytes=1e9, grad_bytes=1e9)])
-    return run_step(fabric, [stage], LayoutPlan("1f1b", 1, 1, 1, zero_stage=3, overlap=True,
-                                                dp_plan=lambda collective, nbytes: plan))
+    return run_step(fabric, [stage], LayoutPlan("1f1b", 1, 1, 1, zero_stage=3, overlap=True, dp_plan=plan))
 
 
 def test_an_overlapped_collective_takes_its_sms_from_the_compute():
-    # The forward exposes the first layer's share of the gather (0.2 s), then computes while the
-    # gather runs 0.2 s more: with a quarter of the SMs held by the collective's CTAs the compute
-    # advances 0.75 x 0.2 s there, so the forward ends 0.25 x 0.2 = 0.05 s later than without.
+    # The forward exposes the first layer's gather (0.2 s), then computes the first layer while the
+    # second layer's gather runs (0.2 s): with a quarter of the SMs held by the collective's CTAs the
+    # compute advances 0.75 x 0.2 s there, so the forward ends 0.25 x 0.2 = 0.05 s later than without.
+    # The backward has no compute to slow.
     free, held = _one_stage_zero3_step(0.0), _one_stage_zero3_step(0.25)
     assert held.step_s - free.step_s == pytest.approx(0.05, rel=1e-9)
     assert held.compute_s == pytest.approx(free.compute_s)
@@ -129,8 +132,10 @@ def test_collective_sms_cost_nothing_without_overlap_and_never_speed_a_step_up()
 def test_fsdp_gathering_fp32_parameters_moves_their_bytes():
     # ZeRO-3 per micro-batch: a forward and a backward parameter all-gather plus a gradient
     # reduce-scatter. Gathering FP32 instead of BF16 parameters moves (4 + 4 + 2) / (2 + 2 + 2) times the bytes.
+    # (Layers of hidden size 2,560 keep every per-layer collective above 100 MB, where NCCL sends with
+    # the Simple protocol whatever the dtype, so the bytes on the port scale with the payload.)
     hw = load_hardware("dgx_h100")
-    base = ["parallelism.data=8", "parallelism.zero_stage=3"]
+    base = ["parallelism.data=8", "parallelism.zero_stage=3", "config.hidden_size=2560", "config.num_heads=20"]
     runs = [simulate_system(hw, _gpt(base + extra)) for extra in ([], ["parallelism.param_gather_dtype=fp32"])]
     moved = [r.link_utilization["stage0.nvlink_tx"] * r.step_time_s for r in runs]
     assert moved[1] / moved[0] == pytest.approx(10 / 6, rel=1e-6)
@@ -146,7 +151,7 @@ def _one_stage_tp_step(comm_s: float, overlap: bool, sm_fraction: float = 0.0):
     fabric = dataclasses.replace(fabric_of(load_hardware("dgx_h100")), collective_sm_fraction=sm_fraction)
     rate = fabric.intra_port_bytes_per_s
     plan = CollectivePlan("all_reduce", "ring", "Simple", 1e9, 8, 0.0, comm_s * rate, 0.0, rate, rate)
-    stage = StageModel([ChunkModel(1.0, 2.0, 1, layer_comm_forward=[plan], layer_comm_backward=[plan])])
+    stage = StageModel([ChunkModel(1.0, 2.0, 1, layer_comm_forward=((plan,),), layer_comm_backward=((plan,),))])
     return run_step(fabric, [stage], LayoutPlan("1f1b", 1, 1, 1, tp_overlap=overlap))
 
 
@@ -307,3 +312,49 @@ def test_overlapped_pipeline_sends_never_make_a_step_slower():
     overlapped = simulate_system(hw, load_workload("llama2_7b_train", items + ["parallelism.p2p_comm_overlap=true"]))
     assert overlapped.step_time_s < blocking.step_time_s
     assert overlapped.time_breakdown_s["exposed_communication"] < blocking.time_breakdown_s["exposed_communication"]
+
+
+def _per_gb_plan(seconds_per_gb: float):
+    """Collective plans taking ``seconds_per_gb`` per GB of payload on a 1e12 B/s port."""
+    from gpusim.engine.collectives import CollectivePlan
+
+    def plan(collective: str, nbytes: float) -> CollectivePlan:
+        return CollectivePlan(collective, "ring", "Simple", nbytes, 8, 0.0, seconds_per_gb * nbytes * 1e3, 0.0,
+                              1e12, 1e12)
+    return plan
+
+
+def test_tensor_parallel_collectives_run_after_each_layer():
+    # One stage, one micro-batch of two layers: forward 0.3 s and 0.7 s, backward 0.6 s and 1.4 s
+    # (the second layer's first), each layer followed by a 0.1 s all-reduce: the forward's at
+    # 0.3-0.4 and 1.1-1.2, the backward's at 1.2 + 1.4 = 2.6-2.7 and 2.7 + 0.6 = 3.3-3.4
+    plan = _per_gb_plan(0.1)("all_reduce", 1e9)
+    chunk = ChunkModel(1.0, 2.0, 2, layer_comm_forward=((plan,), (plan,)), layer_comm_backward=((plan,), (plan,)),
+                       forward_layer_s=(0.3, 0.7), backward_layer_s=(1.4, 0.6), layer_names=("first", "second"))
+    stats = run_step(None, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1), record_spans=True)
+    comm = sorted((s for s in stats.spans if s.track == "stage 0 NVLink port"), key=lambda s: s.start_s)
+    assert [s.name for s in comm] == ["all_reduce tensor parallel F0 first", "all_reduce tensor parallel F0 second",
+                                      "all_reduce tensor parallel B0 second", "all_reduce tensor parallel B0 first"]
+    assert [t for s in comm for t in (s.start_s, s.end_s)] == pytest.approx([0.3, 0.4, 1.1, 1.2, 2.6, 2.7, 3.3, 3.4])
+    assert stats.step_s == pytest.approx(3.4)
+    assert stats.exposed_comm_s == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize("overlap,step_s,exposed_s", [(True, 4.6, 0.6), (False, 5.2, 1.2)])
+def test_zero3_gathers_each_layer_before_it_runs_and_reduce_scatters_its_gradients_after(overlap, step_s, exposed_s):
+    # One stage, one micro-batch of two layers with 1 s of forward and 1 s of backward compute each;
+    # each layer's gather and reduce-scatter take 0.2 s alone on the port.
+    # Overlapped (FSDP's prefetch): the first gather is exposed (0-0.2), the second runs beside the
+    # first layer (0.2-0.4), the forward ends at 2.2. The backward gathers the second layer
+    # (2.2-2.4, exposed) then the first beside it, computes to 3.4, reduce-scatters the second layer's
+    # gradients beside the first layer's backward (3.4-3.6) and waits for the first's (4.4-4.6).
+    # In line: a gather before and, in the backward, a reduce-scatter after every layer: 6 x 0.2 s + 4 s
+    # (the backward's reduce-scatters at 2.4 + 0.2 + 1 = 3.6 and 3.8 + 0.2 + 1 = 5.0).
+    chunk = ChunkModel(2.0, 2.0, 2, param_bytes=2e9, grad_bytes=2e9)
+    stats = run_step(None, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1, zero_stage=3, overlap=overlap,
+                                                           dp_plan=_per_gb_plan(0.2)), record_spans=True)
+    assert stats.step_s == pytest.approx(step_s)
+    assert stats.exposed_comm_s == pytest.approx(exposed_s)
+    scatters = sorted(s.start_s for s in stats.spans if s.name.startswith("reduce_scatter"))
+    # each starts once its layer's backward has finished (layer 1's at 3.4, layer 0's at 4.4)
+    assert scatters == pytest.approx([3.4, 4.4] if overlap else [3.6, 5.0])

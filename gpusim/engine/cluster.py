@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -87,18 +87,30 @@ def pipeline_order(schedule: str, num_stages: int, num_microbatches: int, stage:
 
 @dataclass
 class ChunkModel:
-    """One model chunk on one representative GPU, per micro-batch."""
+    """One model chunk on one representative GPU, per micro-batch.
+
+    A pass runs the chunk's layers in turn (the forward from the embedding, the backward from the
+    head): each layer's compute, then its blocking collectives."""
 
     forward_s: float
     backward_s: float
     """Backward including recompute."""
     num_layers: int
-    layer_comm_forward: list[CollectivePlan] = field(default_factory=list)
-    """Blocking collectives inside the forward (tensor-parallel all-reduces, expert all-to-alls)."""
-    layer_comm_backward: list[CollectivePlan] = field(default_factory=list)
+    layer_comm_forward: tuple[tuple[CollectivePlan, ...], ...] = ()
+    """The blocking collectives after each layer's forward compute (tensor-parallel all-reduces, expert
+    all-to-alls, context-parallel gathers), layer by layer in the forward's order. Empty: none."""
+    layer_comm_backward: tuple[tuple[CollectivePlan, ...], ...] = ()
+    """The same for the backward, layer by layer in the backward's order (the head's first)."""
+    forward_layer_s: tuple[float, ...] = ()
+    """Each layer's forward compute in the forward's order. Empty: ``forward_s`` split evenly."""
+    backward_layer_s: tuple[float, ...] = ()
+    """Each layer's backward compute (with its recompute) in the backward's order. Empty: even."""
     grad_bytes: float = 0.0
     """Gradient bytes this GPU holds for the chunk (data-parallel reduction)."""
     param_bytes: float = 0.0
+    layer_param_bytes: tuple[float, ...] = ()
+    """Each layer's share of ``param_bytes`` in the forward's order (what ZeRO-3 gathers before the
+    layer runs). Empty: even."""
     grad_layers: tuple[tuple[float, ...], ...] = ()
     """Gradient bytes per weight tensor, layer by layer, in the order the backward finishes them (the
     head's first, the embedding's last); buckets fill tensor by tensor, as PyTorch DDP's and
@@ -113,6 +125,43 @@ class ChunkModel:
     context_wait_forward_s: float = 0.0
     """Time the forward waits on the context-parallel ring beyond the attention it overlaps."""
     context_wait_backward_s: float = 0.0
+    layer_names: tuple[str, ...] = ()
+    """The layers' names in the forward's order, for the trace. Empty: ``layer 0``, ``layer 1``..."""
+
+    def __post_init__(self):
+        n = self.num_layers
+        for name in ("layer_comm_forward", "layer_comm_backward", "forward_layer_s", "backward_layer_s",
+                     "layer_param_bytes", "grad_layers", "layer_names"):
+            if getattr(self, name) and len(getattr(self, name)) != n:
+                raise ValueError(f"ChunkModel.{name} has {len(getattr(self, name))} entries for {n} layers")
+
+    def layer_steps(self, kind: str) -> list[LayerStep]:
+        """The pass's layers in the order it runs them (``kind`` "F" or "B"), comm plans not merged."""
+        n = max(1, self.num_layers)
+        forward = kind == "F"
+        total = self.forward_s if forward else self.backward_s
+        times = (self.forward_layer_s if forward else self.backward_layer_s) or (total / n,) * n
+        comm = (self.layer_comm_forward if forward else self.layer_comm_backward) or ((),) * n
+        params = self.layer_param_bytes or (self.param_bytes / n,) * n
+        if not forward:
+            params = params[::-1]
+        names = self.layer_names or tuple(f"layer {j}" for j in range(n))
+        if not forward:
+            names = names[::-1]
+        grads = self.grad_layers or ((self.grad_bytes / n,),) * n
+        return [LayerStep(names[j], times[j], comm[j], params[j], grads[j] if not forward else ()) for j in range(n)]
+
+
+@dataclass(frozen=True)
+class LayerStep:
+    """One layer of a pass: its compute, then its blocking collectives."""
+
+    name: str
+    compute_s: float
+    comm: tuple[CollectivePlan, ...]
+    param_bytes: float
+    grad_tensor_bytes: tuple[float, ...]
+    """Backward only: the bytes of each weight gradient it finishes, in order."""
 
 
 @dataclass
@@ -237,18 +286,21 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 spans.append(Span(stage_track(dst, port), f"{plan.collective} {label} from stage {src}", start,
                                   env.now, args))
 
-    def merged(plans: list[CollectivePlan]) -> CollectivePlan | None:
+    def merged(plans: tuple[CollectivePlan, ...]) -> CollectivePlan | None:
+        """One layer's blocking collectives as one flow, each part at its own rate."""
         if not plans:
             return None
         lat = sum(x.latency_s for x in plans)
         intra = sum(x.intra_bytes * intra_cap / x.intra_bytes_per_s for x in plans)
         nic = sum(x.nic_bytes * nic_cap / x.nic_bytes_per_s for x in plans)
         first = plans[0]
-        return CollectivePlan(first.collective, first.algorithm, first.protocol,
+        names = "+".join(dict.fromkeys(x.collective for x in plans))
+        return CollectivePlan(names if len(plans) > 1 else first.collective, first.algorithm, first.protocol,
                               sum(x.num_bytes for x in plans), first.num_gpus, lat, intra, nic, intra_cap, nic_cap)
 
-    fw_comm = [[merged(c.layer_comm_forward) for c in st.chunks] for st in stages]
-    bw_comm = [[merged(c.layer_comm_backward) for c in st.chunks] for st in stages]
+    # each pass's layers with their collectives merged, per stage, chunk and kind
+    passes = [[{kind: [(step, merged(step.comm)) for step in ch.layer_steps(kind)] for kind in "FB"}
+               for ch in st.chunks] for st in stages]
     dp_queues = [simpy.Store(env) for _ in range(p)]
     dp_pending = [0] * p
     dp_idle = [env.event() for _ in range(p)]
@@ -277,6 +329,80 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
     def send(s: int, plan: CollectivePlan, event: simpy.Event, dst: int, label: str):
         yield from flow(plan, s, dst, label)
         event.succeed()
+
+    def run_pass(s: int, kind: str, c: int, layers: list, reduce_grads: bool, name: str):
+        """Run one forward or backward pass of chunk ``c`` on stage ``s``, layer by layer: ZeRO-3's
+        gather of the layer's weights, its compute, its blocking collectives (beside the compute with
+        ``tp_overlap``), and in the backward ZeRO-3's reduce-scatter of its gradients. ``reduce_grads``
+        (the last micro-batch's backward, ZeRO 0-2): gradient buckets reduce as they fill."""
+        zero3 = lp.zero_stage == 3 and lp.dp_plan is not None
+
+        def label(what: str, j: int) -> str:
+            return f"{what} {name} {layers[j][0].name}"
+
+        gathered: list[simpy.Event] = []
+        started = [env.event() for _ in layers]
+        if zero3 and lp.overlap:
+            # FSDP's prefetch: one stream of gathers, each layer's starting once the layer before it
+            # has started computing, so it runs beside that layer
+            gathered = [env.event() for _ in layers]
+
+            def gather_stream():
+                for j, (step, _) in enumerate(layers):
+                    if j > 0:
+                        yield started[j - 1]
+                    yield from flow(lp.dp_plan("all_gather", step.param_bytes), s, label=label("zero3", j))
+                    gathered[j].succeed()
+            env.process(gather_stream())
+        collective = "all_reduce" if lp.zero_stage == 0 else "reduce_scatter"
+        bucket = 0.0
+
+        for j, (step, comm) in enumerate(layers):
+            if zero3:
+                t1 = env.now
+                if gathered:
+                    yield gathered[j]
+                else:
+                    yield from flow(lp.dp_plan("all_gather", step.param_bytes), s, label=label("zero3", j))
+                stats[s]["comm"] += env.now - t1
+            started[j].succeed()
+            beside = None
+            if comm is not None and lp.tp_overlap:
+                # the collectives run beside the compute, which slows while they hold SMs
+                beside = env.process(flow(comm, s, label=label("tensor parallel, overlapped,", j)))
+            tensors = step.grad_tensor_bytes
+            if reduce_grads and sum(tensors) > 0:
+                # gradients become ready tensor by tensor (at a steady rate inside the layer); buckets
+                # reduce as they fill
+                for nbytes in tensors:
+                    yield from compute_for(s, step.compute_s * nbytes / sum(tensors))
+                    bucket += nbytes
+                    if lp.overlap and bucket >= lp.bucket_bytes:
+                        submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
+                        bucket = 0.0
+            else:
+                yield from compute_for(s, step.compute_s)
+            t1 = env.now
+            if beside is not None:
+                yield beside
+            elif comm is not None:
+                yield from flow(comm, s, label=label("tensor parallel", j))
+            stats[s]["comm"] += env.now - t1
+            if zero3 and kind == "B" and sum(tensors) > 0:
+                plan = lp.dp_plan("reduce_scatter", sum(tensors))
+                if lp.overlap:
+                    submit(s, plan, label("zero3", j))
+                else:
+                    t1 = env.now
+                    yield from flow(plan, s, label=label("zero3", j))
+                    stats[s]["comm"] += env.now - t1
+        if bucket > 0:
+            submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
+        if zero3 and kind == "B":
+            # FSDP's backward ends by waiting for its reduce-scatters
+            t1 = env.now
+            yield dp_idle[s]
+            stats[s]["comm"] += env.now - t1
 
     def stage_proc(s: int):
         st = stages[s]
@@ -308,63 +434,10 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             ring = ch.context_ring_forward if kind == "F" else ch.context_ring_backward
             if ring is not None:
                 env.process(flow(ring, s, label="context ring"))
-            compute = ch.forward_s if kind == "F" else ch.backward_s
-            comm = fw_comm[s][c] if kind == "F" else bw_comm[s][c]
-            tp_overlapped = None
-            if comm is not None and lp.tp_overlap:
-                # the collectives run beside the compute (below), which slows while they hold SMs
-                tp_overlapped = env.process(flow(comm, s, label="tensor parallel, overlapped"))
-                comm = None
-            zero3 = None
-            if lp.zero_stage == 3 and lp.dp_plan is not None:
-                zero3 = [lp.dp_plan("all_gather", ch.param_bytes)]
-                if kind == "B":
-                    zero3.append(lp.dp_plan("reduce_scatter", ch.grad_bytes))
-            if zero3:
-                procs = [env.process(flow(z, s, label=f"zero3 {z.collective}")) for z in zero3]
-                if lp.overlap:
-                    # layer-by-layer prefetch: the first layer's gather is exposed, the rest overlaps
-                    first = sum(z.latency_s + z.transfer_s for z in zero3[:1]) / max(1, ch.num_layers)
-                    t1 = env.now
-                    yield env.timeout(first)
-                    stats[s]["comm"] += env.now - t1
-                    yield from compute_for(s, compute)
-                    t2 = env.now
-                    yield simpy.AllOf(env, procs)
-                    stats[s]["comm"] += env.now - t2
-                else:
-                    t1 = env.now
-                    yield simpy.AllOf(env, procs)
-                    stats[s]["comm"] += env.now - t1
-                    yield from compute_for(s, compute)
-            elif kind == "B" and idx == last_b.get(c) and lp.dp_plan is not None and lp.zero_stage < 3 \
-                    and ch.grad_bytes > 0:
-                # last micro-batch: gradients become ready layer by layer; buckets reduce as they fill
-                collective = "all_reduce" if lp.zero_stage == 0 else "reduce_scatter"
-                # (the backward is taken to spend the same time on every layer and, inside a layer, to
-                # finish its tensors' gradients at a steady rate)
-                layers = max(1, ch.num_layers)
-                grad_layers = ch.grad_layers or ((ch.grad_bytes / layers,),) * layers
-                bucket = 0.0
-                for tensors in grad_layers:
-                    for nbytes in tensors:
-                        yield from compute_for(s, compute / len(grad_layers) * nbytes / sum(tensors))
-                        bucket += nbytes
-                        if lp.overlap and bucket >= lp.bucket_bytes:
-                            submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
-                            bucket = 0.0
-                if bucket > 0:
-                    submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
-            else:
-                yield from compute_for(s, compute)
-            if tp_overlapped is not None:
-                t1 = env.now
-                yield tp_overlapped
-                stats[s]["comm"] += env.now - t1
-            if comm is not None:
-                t1 = env.now
-                yield from flow(comm, s, label="tensor/expert parallel")
-                stats[s]["comm"] += env.now - t1
+            reduce_grads = (kind == "B" and idx == last_b.get(c) and lp.dp_plan is not None and lp.zero_stage < 3
+                            and ch.grad_bytes > 0)
+            name = f"{kind}{i}" + (f".{c}" if v > 1 else "")
+            yield from run_pass(s, kind, c, passes[s][c][kind], reduce_grads, name)
             ring_wait = ch.context_wait_forward_s if kind == "F" else ch.context_wait_backward_s
             if ring_wait > 0:
                 t1 = env.now
@@ -373,7 +446,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 if record_spans:
                     spans.append(Span(stage_track(s, "context ring"), "ring attention (exposed)", t1, env.now))
             if record_spans:
-                spans.append(Span(stage_track(s, "compute"), f"{kind}{i}" + (f".{c}" if v > 1 else ""), start, env.now,
+                spans.append(Span(stage_track(s, "compute"), name, start, env.now,
                                   (("microbatch", i), ("chunk", c))))
             if kind == "F":
                 fwd_done[(i, vs)].succeed()
@@ -382,8 +455,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 to, arrived = (vs - 1, bwd_arrived[(i, vs - 1)]) if vs > 0 else (None, None)
             if to is not None:
                 if lp.p2p_plan is not None and ch.send_bytes > 0 and p > 1:
-                    sending = env.process(send(s, lp.p2p_plan(ch.send_bytes, s, to % p), arrived, to % p,
-                                               f"{kind}{i}" + (f".{c}" if v > 1 else "")))
+                    sending = env.process(send(s, lp.p2p_plan(ch.send_bytes, s, to % p), arrived, to % p, name))
                     if not lp.p2p_overlap:
                         t1 = env.now
                         yield sending
@@ -633,35 +705,47 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         # every chunk holds per_chunk layers: the same ring traffic for each
         ring_plan_f = hop(ring_bytes_f * per_chunk) if ring_bytes_f else None
         ring_plan_b = hop(ring_bytes_b * per_chunk) if ring_bytes_b else None
+        # each unit's blocking collectives after its forward and after its backward: a block's two
+        # tensor-parallel all-reduces (four with full recompute in the backward), its expert all-to-alls
+        # and context-parallel exchanges; the all-reduce after the vocabulary-parallel embedding, and the
+        # head's in its backward
+        unit_comm = {
+            "embedding": (tuple(tp_plans(1)), ()),
+            "block": (tuple(tp_plans(2) + ep_plans(2) + cp_plans("forward", 1)),
+                      tuple(tp_plans(2 + recompute_ar) + ep_plans(2) + cp_plans("backward", 1))),
+            "head": ((), tuple(tp_plans(1))),
+        }
+
+        def backward_s(unit: str) -> float:
+            return unit_times[unit].get("backward", 0.0) + unit_times[unit].get("recompute", 0.0)
+
         stages = []
         for s in range(p):
             chunks = []
             opt = 0.0
             for c in range(v):
                 vs = c * p + s
-                fw = unit_times["block"].get("forward", 0.0) * per_chunk
-                bw = (unit_times["block"].get("backward", 0.0) + unit_times["block"].get("recompute", 0.0)) * per_chunk
-                params = unit_params["block"] * per_chunk
-                opt += unit_times["block"].get("optimizer", 0.0) * per_chunk
-                lcf = tp_plans(2 * per_chunk) + ep_plans(2 * per_chunk) + cp_plans("forward", per_chunk)
-                lcb = (tp_plans((2 + recompute_ar) * per_chunk) + ep_plans(2 * per_chunk)
-                       + cp_plans("backward", per_chunk))
-                for key, present in (("embedding", vs == 0), ("head", vs == P - 1)):
-                    if present:
-                        fw += unit_times[key].get("forward", 0.0)
-                        bw += unit_times[key].get("backward", 0.0) + unit_times[key].get("recompute", 0.0)
-                        params += unit_params[key]
-                        opt += unit_times[key].get("optimizer", 0.0)
-                        (lcf if key == "embedding" else lcb).extend(tp_plans(1))
-                units_back = ["head"] * (vs == P - 1) + ["block"] * per_chunk + ["embedding"] * (vs == 0)
-                grad_layers = tuple(tuple(n * grad_b for n in unit_tensors[u]) for u in units_back if unit_tensors[u])
-                chunks.append(ChunkModel(fw, bw, per_chunk + (vs == 0) + (vs == P - 1), lcf, lcb,
-                                         grad_bytes=params * grad_b, param_bytes=params * weight_b,
-                                         grad_layers=grad_layers,
-                                         send_bytes=tp_ar / t,
-                                         context_ring_forward=ring_plan_f, context_ring_backward=ring_plan_b,
-                                         context_wait_forward_s=ring_wait_f * per_chunk,
-                                         context_wait_backward_s=ring_wait_b * per_chunk))
+                units = ["embedding"] * (vs == 0) + ["block"] * per_chunk + ["head"] * (vs == P - 1)
+                back = units[::-1]
+                params = sum(unit_params[u] for u in units)
+                opt += sum(unit_times[u].get("optimizer", 0.0) for u in units)
+                first = vs * per_chunk  # the model's index of the chunk's first block
+                names = (["embedding"] * (vs == 0) + [f"layer {first + k}" for k in range(per_chunk)]
+                         + ["head"] * (vs == P - 1))
+                chunks.append(ChunkModel(
+                    sum(unit_times[u].get("forward", 0.0) for u in units), sum(backward_s(u) for u in back), len(units),
+                    layer_names=tuple(names),
+                    layer_comm_forward=tuple(unit_comm[u][0] for u in units),
+                    layer_comm_backward=tuple(unit_comm[u][1] for u in back),
+                    forward_layer_s=tuple(unit_times[u].get("forward", 0.0) for u in units),
+                    backward_layer_s=tuple(backward_s(u) for u in back),
+                    grad_bytes=params * grad_b, param_bytes=params * weight_b,
+                    layer_param_bytes=tuple(unit_params[u] * weight_b for u in units),
+                    grad_layers=tuple(tuple(n * grad_b for n in unit_tensors[u]) for u in back),
+                    send_bytes=tp_ar / t,
+                    context_ring_forward=ring_plan_f, context_ring_backward=ring_plan_b,
+                    context_wait_forward_s=ring_wait_f * per_chunk,
+                    context_wait_backward_s=ring_wait_b * per_chunk))
             if par.zero_stage >= 1:
                 opt /= d * cp
             stages.append(StageModel(chunks, opt))
