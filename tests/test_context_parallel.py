@@ -48,11 +48,28 @@ def test_each_hop_waits_only_for_what_the_step_beside_it_does_not_hide():
 
 
 def test_the_rings_wait_is_exposed_communication():
-    stages = [StageModel([ChunkModel(1.0, 2.0, 1, context_wait_forward_s=0.3, context_wait_backward_s=0.5)])]
+    stages = [StageModel([ChunkModel(1.0, 2.0, 1, layer_ring_wait_forward_s=(0.3,), layer_ring_wait_backward_s=(0.5,))])]
     stats = run_step(None, stages, LayoutPlan("1f1b", 1, 2, 1))
     assert stats.step_s == pytest.approx(2 * (1.0 + 0.3 + 2.0 + 0.5))
     assert stats.exposed_comm_s == pytest.approx(2 * 0.8)
     assert stats.compute_s == pytest.approx(6.0)
+
+
+def test_each_layer_passes_its_ring_beside_its_compute_and_waits_for_it_after():
+    # One micro-batch of two layers, 1 s of forward compute each; each layer's ring traffic takes
+    # 0.4 s alone on the port and its exposed wait is 0.1 s: the hops run at 0-0.4 and 1.1-1.5, the
+    # waits at 1.0-1.1 and 2.1-2.2, and the forward ends at 2.2
+    from gpusim.engine.collectives import CollectivePlan
+
+    hop = CollectivePlan("send_recv", "p2p", "Simple", 4e11, 2, 0.0, 4e11, 0.0, 1e12, 1e12)
+    chunk = ChunkModel(2.0, 0.0, 2, layer_ring_forward=(hop, hop), layer_ring_wait_forward_s=(0.1, 0.1))
+    stats = run_step(None, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1), record_spans=True)
+    ring = sorted((s for s in stats.spans if "ring" in s.name), key=lambda s: s.start_s)
+    assert [s.name for s in ring] == ["send_recv context ring F0 layer 0", "ring attention (exposed) F0 layer 0",
+                                      "send_recv context ring F0 layer 1", "ring attention (exposed) F0 layer 1"]
+    assert [t for s in ring for t in (s.start_s, s.end_s)] == pytest.approx([0, 0.4, 1.0, 1.1, 1.1, 1.5, 2.1, 2.2])
+    assert stats.step_s == pytest.approx(2.2)
+    assert stats.exposed_comm_s == pytest.approx(0.2)
 
 
 def _llama(items):

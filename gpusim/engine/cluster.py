@@ -118,20 +118,23 @@ class ChunkModel:
     send_bytes: float = 0.0
     """Activation bytes each GPU sends to the next pipeline stage per micro-batch (and gradients back):
     its tensor-parallel rank's share."""
-    context_ring_forward: CollectivePlan | None = None
-    """The context-parallel ring's traffic in the forward, run beside the compute: it shares the ports
-    with the other flows; what the compute waits for it is ``context_wait_forward_s``."""
-    context_ring_backward: CollectivePlan | None = None
-    context_wait_forward_s: float = 0.0
-    """Time the forward waits on the context-parallel ring beyond the attention it overlaps."""
-    context_wait_backward_s: float = 0.0
+    layer_ring_forward: tuple[CollectivePlan | None, ...] = ()
+    """The context-parallel ring's traffic beside each layer's forward compute, layer by layer in the
+    forward's order (None where a layer has no attention): it shares the ports with the other flows;
+    what the layer waits for it after its compute is ``layer_ring_wait_forward_s``. Empty: none."""
+    layer_ring_backward: tuple[CollectivePlan | None, ...] = ()
+    """The same for the backward, in the backward's order."""
+    layer_ring_wait_forward_s: tuple[float, ...] = ()
+    """Time each layer's forward waits on the ring beyond the attention it overlaps. Empty: none."""
+    layer_ring_wait_backward_s: tuple[float, ...] = ()
     layer_names: tuple[str, ...] = ()
     """The layers' names in the forward's order, for the trace. Empty: ``layer 0``, ``layer 1``..."""
 
     def __post_init__(self):
         n = self.num_layers
         for name in ("layer_comm_forward", "layer_comm_backward", "forward_layer_s", "backward_layer_s",
-                     "layer_param_bytes", "grad_layers", "layer_names"):
+                     "layer_param_bytes", "grad_layers", "layer_names", "layer_ring_forward",
+                     "layer_ring_backward", "layer_ring_wait_forward_s", "layer_ring_wait_backward_s"):
             if getattr(self, name) and len(getattr(self, name)) != n:
                 raise ValueError(f"ChunkModel.{name} has {len(getattr(self, name))} entries for {n} layers")
 
@@ -149,7 +152,10 @@ class ChunkModel:
         if not forward:
             names = names[::-1]
         grads = self.grad_layers or ((self.grad_bytes / n,),) * n
-        return [LayerStep(names[j], times[j], comm[j], params[j], grads[j] if not forward else ()) for j in range(n)]
+        ring = (self.layer_ring_forward if forward else self.layer_ring_backward) or (None,) * n
+        wait = (self.layer_ring_wait_forward_s if forward else self.layer_ring_wait_backward_s) or (0.0,) * n
+        return [LayerStep(names[j], times[j], comm[j], params[j], grads[j] if not forward else (), ring[j], wait[j])
+                for j in range(n)]
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,10 @@ class LayerStep:
     param_bytes: float
     grad_tensor_bytes: tuple[float, ...]
     """Backward only: the bytes of each weight gradient it finishes, in order."""
+    ring: CollectivePlan | None = None
+    """Context-parallel ring traffic beside the compute."""
+    ring_wait_s: float = 0.0
+    """What the layer waits for the ring after its compute."""
 
 
 @dataclass
@@ -366,6 +376,8 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                     yield from flow(lp.dp_plan("all_gather", step.param_bytes), s, label=label("zero3", j))
                 stats[s]["comm"] += env.now - t1
             started[j].succeed()
+            if step.ring is not None:
+                env.process(flow(step.ring, s, label=label("context ring", j)))
             beside = None
             if comm is not None and lp.tp_overlap:
                 # the collectives run beside the compute, which slows while they hold SMs
@@ -382,6 +394,13 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                         bucket = 0.0
             else:
                 yield from compute_for(s, step.compute_s)
+            if step.ring_wait_s > 0:
+                t1 = env.now
+                yield env.timeout(step.ring_wait_s)
+                stats[s]["comm"] += step.ring_wait_s
+                if record_spans:
+                    spans.append(Span(stage_track(s, "context ring"), label("ring attention (exposed)", j), t1,
+                                      env.now))
             t1 = env.now
             if beside is not None:
                 yield beside
@@ -431,20 +450,10 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 yield (bwd_arrived[(i, vs)] if vs < p * v - 1 else fwd_done[(i, vs)])
             stats[s]["bubble"] += env.now - t0
             start = env.now
-            ring = ch.context_ring_forward if kind == "F" else ch.context_ring_backward
-            if ring is not None:
-                env.process(flow(ring, s, label="context ring"))
             reduce_grads = (kind == "B" and idx == last_b.get(c) and lp.dp_plan is not None and lp.zero_stage < 3
                             and ch.grad_bytes > 0)
             name = f"{kind}{i}" + (f".{c}" if v > 1 else "")
             yield from run_pass(s, kind, c, passes[s][c][kind], reduce_grads, name)
-            ring_wait = ch.context_wait_forward_s if kind == "F" else ch.context_wait_backward_s
-            if ring_wait > 0:
-                t1 = env.now
-                yield env.timeout(ring_wait)
-                stats[s]["comm"] += ring_wait
-                if record_spans:
-                    spans.append(Span(stage_track(s, "context ring"), "ring attention (exposed)", t1, env.now))
             if record_spans:
                 spans.append(Span(stage_track(s, "compute"), name, start, env.now,
                                   (("microbatch", i), ("chunk", c))))
@@ -702,9 +711,9 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         recompute_ar = 2 if spec.activation_checkpointing == "full" else 0
         P = p * v
         per_chunk = r.num_layers // P
-        # every chunk holds per_chunk layers: the same ring traffic for each
-        ring_plan_f = hop(ring_bytes_f * per_chunk) if ring_bytes_f else None
-        ring_plan_b = hop(ring_bytes_b * per_chunk) if ring_bytes_b else None
+        # each block passes its keys and values around the ring beside its attention
+        ring_plan_f = hop(ring_bytes_f) if ring_bytes_f else None
+        ring_plan_b = hop(ring_bytes_b) if ring_bytes_b else None
         # each unit's blocking collectives after its forward and after its backward: a block's two
         # tensor-parallel all-reduces (four with full recompute in the backward), its expert all-to-alls
         # and context-parallel exchanges; the all-reduce after the vocabulary-parallel embedding, and the
@@ -743,9 +752,10 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                     layer_param_bytes=tuple(unit_params[u] * weight_b for u in units),
                     grad_layers=tuple(tuple(n * grad_b for n in unit_tensors[u]) for u in back),
                     send_bytes=tp_ar / t,
-                    context_ring_forward=ring_plan_f, context_ring_backward=ring_plan_b,
-                    context_wait_forward_s=ring_wait_f * per_chunk,
-                    context_wait_backward_s=ring_wait_b * per_chunk))
+                    layer_ring_forward=tuple(ring_plan_f if u == "block" else None for u in units),
+                    layer_ring_backward=tuple(ring_plan_b if u == "block" else None for u in back),
+                    layer_ring_wait_forward_s=tuple(ring_wait_f if u == "block" else 0.0 for u in units),
+                    layer_ring_wait_backward_s=tuple(ring_wait_b if u == "block" else 0.0 for u in back)))
             if par.zero_stage >= 1:
                 opt /= d * cp
             stages.append(StageModel(chunks, opt))
