@@ -358,3 +358,19 @@ def test_zero3_gathers_each_layer_before_it_runs_and_reduce_scatters_its_gradien
     scatters = sorted(s.start_s for s in stats.spans if s.name.startswith("reduce_scatter"))
     # each starts once its layer's backward has finished (layer 1's at 3.4, layer 0's at 4.4)
     assert scatters == pytest.approx([3.4, 4.4] if overlap else [3.6, 5.0])
+
+
+def test_a_layers_collectives_on_different_ports_run_in_turn():
+    # One forward layer with no compute and two collectives of 0.1 s each alone: on the same port
+    # they merge into one flow of 0.2 s; one on NVLink and one on the network still take 0.2 s, one
+    # after the other (not 0.1 s side by side)
+    from gpusim.engine.collectives import CollectivePlan
+
+    nvlink = CollectivePlan("all_reduce", "ring", "Simple", 1e11, 8, 0.0, 1e11, 0.0, 1e12, 1e12)
+    network = CollectivePlan("all_to_all", "direct", "Simple", 1e11, 8, 0.0, 0.0, 1e11, 1e12, 1e12)
+    for pair, tracks in (((nvlink, nvlink), ["NVLink port"]), ((nvlink, network), ["NVLink port", "network port"])):
+        chunk = ChunkModel(0.0, 0.0, 1, layer_comm_forward=(pair,))
+        stats = run_step(None, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1), record_spans=True)
+        assert stats.step_s == pytest.approx(0.2)
+        comm = sorted((s for s in stats.spans if s.track.endswith("port")), key=lambda s: s.start_s)
+        assert [s.track for s in comm] == [f"stage 0 {t}" for t in tracks]

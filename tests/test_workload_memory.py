@@ -71,13 +71,16 @@ GPT2_LARGE_EMBEDDING = (50257 + 1024) * 1280
 @pytest.mark.parametrize("stage,factors,gathered", [(0, (1, 1, 1), 0), (1, (1, 1, 8), 0), (2, (1, 8, 8), 0),
                                                     (3, (8, 8, 8), GPT2_LARGE_EMBEDDING)])
 def test_zero_stages_shard_model_states(stage, factors, gathered):
-    # ZeRO-3 also holds whole the layer it runs and the one it prefetches (BF16), and one layer's
-    # whole gradient until its reduce-scatter (BF16)
+    # ZeRO-3 also holds whole the layer it runs and the one it prefetches (BF16), and the whole
+    # gradients of the layer being reduce-scattered and the one being computed (BF16); in line, one
+    # of each
     base = load_workload("gpt2_large_train").memory
-    w = load_workload("gpt2_large_train", ["parallelism.data=8", f"parallelism.zero_stage={stage}"]).memory
-    assert w.weights_bytes == pytest.approx(base.weights_bytes / factors[0] + 2 * gathered * 2)
-    assert w.gradients_bytes == pytest.approx(base.gradients_bytes / factors[1] + gathered * 2)
-    assert w.optimizer_bytes == pytest.approx(base.optimizer_bytes / factors[2])
+    for overlap, held in ((True, 2), (False, 1)):
+        w = load_workload("gpt2_large_train", ["parallelism.data=8", f"parallelism.zero_stage={stage}",
+                                               f"parallelism.overlap_communication={overlap}"]).memory
+        assert w.weights_bytes == pytest.approx(base.weights_bytes / factors[0] + held * gathered * 2)
+        assert w.gradients_bytes == pytest.approx(base.gradients_bytes / factors[1] + held * gathered * 2)
+        assert w.optimizer_bytes == pytest.approx(base.optimizer_bytes / factors[2])
 
 
 def test_fits():

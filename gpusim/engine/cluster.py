@@ -132,6 +132,9 @@ class ChunkModel:
 
     def __post_init__(self):
         n = self.num_layers
+        for total, layers in ((self.forward_s, self.forward_layer_s), (self.backward_s, self.backward_layer_s)):
+            if layers and not math.isclose(sum(layers), total, rel_tol=1e-9, abs_tol=1e-15):
+                raise ValueError(f"ChunkModel's layer times add up to {sum(layers)} s, not the pass's {total} s")
         for name in ("layer_comm_forward", "layer_comm_backward", "forward_layer_s", "backward_layer_s",
                      "layer_param_bytes", "grad_layers", "layer_names", "layer_ring_forward",
                      "layer_ring_backward", "layer_ring_wait_forward_s", "layer_ring_wait_backward_s"):
@@ -296,17 +299,27 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 spans.append(Span(stage_track(dst, port), f"{plan.collective} {label} from stage {src}", start,
                                   env.now, args))
 
-    def merged(plans: tuple[CollectivePlan, ...]) -> CollectivePlan | None:
-        """One layer's blocking collectives as one flow, each part at its own rate."""
-        if not plans:
-            return None
-        lat = sum(x.latency_s for x in plans)
-        intra = sum(x.intra_bytes * intra_cap / x.intra_bytes_per_s for x in plans)
-        nic = sum(x.nic_bytes * nic_cap / x.nic_bytes_per_s for x in plans)
-        first = plans[0]
-        names = "+".join(dict.fromkeys(x.collective for x in plans))
-        return CollectivePlan(names if len(plans) > 1 else first.collective, first.algorithm, first.protocol,
-                              sum(x.num_bytes for x in plans), first.num_gpus, lat, intra, nic, intra_cap, nic_cap)
+    def merged(plans: tuple[CollectivePlan, ...]) -> tuple[CollectivePlan, ...]:
+        """One layer's blocking collectives as few flows, run in turn: those that use the same ports
+        (NVLink only, network only, or both at once, as a hierarchical collective does) merge into one
+        flow with their bytes, each part at its own rate, and the sum of their latencies."""
+        groups: dict[tuple[bool, bool], list[CollectivePlan]] = {}
+        for x in plans:
+            groups.setdefault((x.intra_bytes > 0, x.nic_bytes > 0), []).append(x)
+        out = []
+        for group in groups.values():
+            lat = sum(x.latency_s for x in group)
+            intra = sum(x.intra_bytes * intra_cap / x.intra_bytes_per_s for x in group if x.intra_bytes > 0)
+            nic = sum(x.nic_bytes * nic_cap / x.nic_bytes_per_s for x in group if x.nic_bytes > 0)
+            first = group[0]
+            name = "+".join(dict.fromkeys(x.collective for x in group))
+            out.append(CollectivePlan(name, first.algorithm, first.protocol, sum(x.num_bytes for x in group),
+                                      first.num_gpus, lat, intra, nic, intra_cap, nic_cap))
+        return tuple(out)
+
+    def flows_in_turn(plans: tuple[CollectivePlan, ...], s: int, label: str):
+        for plan in plans:
+            yield from flow(plan, s, label=label)
 
     # each pass's layers with their collectives merged, per stage, chunk and kind
     passes = [[{kind: [(step, merged(step.comm)) for step in ch.layer_steps(kind)] for kind in "FB"}
@@ -351,17 +364,19 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             return f"{what} {name} {layers[j][0].name}"
 
         gathered: list[simpy.Event] = []
-        started = [env.event() for _ in layers]
+        started: list[simpy.Event] = []
         if zero3 and lp.overlap:
             # FSDP's prefetch: one stream of gathers, each layer's starting once the layer before it
             # has started computing, so it runs beside that layer
             gathered = [env.event() for _ in layers]
+            started = [env.event() for _ in layers]
 
             def gather_stream():
                 for j, (step, _) in enumerate(layers):
                     if j > 0:
                         yield started[j - 1]
-                    yield from flow(lp.dp_plan("all_gather", step.param_bytes), s, label=label("zero3", j))
+                    if step.param_bytes > 0:
+                        yield from flow(lp.dp_plan("all_gather", step.param_bytes), s, label=label("zero3", j))
                     gathered[j].succeed()
             env.process(gather_stream())
         collective = "all_reduce" if lp.zero_stage == 0 else "reduce_scatter"
@@ -372,16 +387,16 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 t1 = env.now
                 if gathered:
                     yield gathered[j]
-                else:
+                    started[j].succeed()
+                elif step.param_bytes > 0:
                     yield from flow(lp.dp_plan("all_gather", step.param_bytes), s, label=label("zero3", j))
                 stats[s]["comm"] += env.now - t1
-            started[j].succeed()
             if step.ring is not None:
                 env.process(flow(step.ring, s, label=label("context ring", j)))
             beside = None
-            if comm is not None and lp.tp_overlap:
+            if comm and lp.tp_overlap:
                 # the collectives run beside the compute, which slows while they hold SMs
-                beside = env.process(flow(comm, s, label=label("tensor parallel, overlapped,", j)))
+                beside = env.process(flows_in_turn(comm, s, label("tensor parallel, overlapped,", j)))
             tensors = step.grad_tensor_bytes
             if reduce_grads and sum(tensors) > 0:
                 # gradients become ready tensor by tensor (at a steady rate inside the layer); buckets
@@ -404,8 +419,8 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             t1 = env.now
             if beside is not None:
                 yield beside
-            elif comm is not None:
-                yield from flow(comm, s, label=label("tensor parallel", j))
+            elif comm:
+                yield from flows_in_turn(comm, s, label("tensor parallel", j))
             stats[s]["comm"] += env.now - t1
             if zero3 and kind == "B" and sum(tensors) > 0:
                 plan = lp.dp_plan("reduce_scatter", sum(tensors))

@@ -389,13 +389,18 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
             for n, split, data in ((num_parameters - expert_params, 1, par.data * par.context),
                                    (expert_params, par.expert, par.data // par.expert))]
         weights, grads, optim = (sum(parts) for parts in zip(*states))
-        if par.zero_stage >= 3 and par.data * par.context > 1:
-            # FSDP / ZeRO-3 holds whole the layer it runs and the one it prefetches, and a layer's whole
-            # gradient until its reduce-scatter ends (this GPU's tensor- and expert-parallel shares)
-            largest = max(sum(f.num_parameters / (par.expert if f.expert else 1) for f in layer.ops)
-                          for layer in layers) / par.tensor
-            weights += 2 * largest * dtype_bytes(par.param_gather_dtype or p.weight_dtype)
-            grads += largest * dtype_bytes(par.grad_reduce_dtype or p.grad_dtype)
+        if par.zero_stage >= 3:
+            # FSDP / ZeRO-3 holds whole the layer it runs and, overlapped, the one it prefetches; and a
+            # layer's whole gradient until its reduce-scatter ends, overlapped beside the next layer's
+            # (this GPU's tensor- and expert-parallel shares of what is sharded at all)
+            def gathered(f) -> float:
+                if f.expert:
+                    return f.num_parameters / par.expert if par.data // par.expert > 1 else 0.0
+                return f.num_parameters if par.data * par.context > 1 else 0.0
+            largest = max(sum(gathered(f) for f in layer.ops) for layer in layers) / par.tensor
+            held = 2 if par.overlap_communication else 1
+            weights += held * largest * dtype_bytes(par.param_gather_dtype or p.weight_dtype)
+            grads += held * largest * dtype_bytes(par.grad_reduce_dtype or p.grad_dtype)
         activations = training_activation_bytes(layers, fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
                                                 tensor=par.tensor, sequence_parallel=par.sequence_parallel)
         if spec.activation_checkpointing == "selective":
