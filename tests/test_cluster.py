@@ -374,3 +374,16 @@ def test_a_layers_collectives_on_different_ports_run_in_turn():
         assert stats.step_s == pytest.approx(0.2)
         comm = sorted((s for s in stats.spans if s.track.endswith("port")), key=lambda s: s.start_s)
         assert [s.track for s in comm] == [f"stage 0 {t}" for t in tracks]
+
+
+def test_gradient_buckets_leave_when_their_layers_backward_ends():
+    # One micro-batch: 1 s forward, then a backward of 1.5 s for the last layer and 0.5 s for the
+    # first, each finishing 1 GB of gradients; 1 GB buckets, 0.1 s per all-reduce. The buckets leave
+    # at 1 + 1.5 = 2.5 s and 3.0 s (not at 2.0 s, as equally long layers would have it); the step
+    # ends with the last all-reduce at 3.1 s
+    chunk = ChunkModel(1.0, 2.0, 2, backward_layer_s=(1.5, 0.5), grad_bytes=2e9, grad_layers=((1e9,), (1e9,)))
+    lp = LayoutPlan("1f1b", 1, 1, 1, bucket_bytes=1e9, dp_plan=_per_gb_plan(0.1))
+    stats = run_step(None, [StageModel([chunk])], lp, record_spans=True)
+    starts = sorted(s.start_s for s in stats.spans if s.name.startswith("all_reduce grad"))
+    assert starts == pytest.approx([2.5, 3.0])
+    assert stats.step_s == pytest.approx(3.1)
