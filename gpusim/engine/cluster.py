@@ -405,7 +405,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                     yield from compute_for(s, step.compute_s * nbytes / sum(tensors))
                     bucket += nbytes
                     if lp.overlap and bucket >= lp.bucket_bytes:
-                        submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
+                        submit(s, lp.dp_plan(collective, bucket), f"gradient bucket {name}")
                         bucket = 0.0
             else:
                 yield from compute_for(s, step.compute_s)
@@ -431,7 +431,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                     yield from flow(plan, s, label=label("zero3", j))
                     stats[s]["comm"] += env.now - t1
         if bucket > 0:
-            submit(s, lp.dp_plan(collective, bucket), f"grad {collective} chunk {c}")
+            submit(s, lp.dp_plan(collective, bucket), f"gradient bucket {name}")
         if zero3 and kind == "B":
             # FSDP's backward ends by waiting for its reduce-scatters
             t1 = env.now
