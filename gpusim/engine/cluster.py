@@ -756,13 +756,14 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 first = vs * per_chunk  # the model's index of the chunk's first block
                 names = (["embedding"] * (vs == 0) + [f"layer {first + k}" for k in range(per_chunk)]
                          + ["head"] * (vs == P - 1))
+                forward_layer_s = tuple(unit_times[u].get("forward", 0.0) for u in units)
+                backward_layer_s = tuple(backward_s(u) for u in back)
                 chunks.append(ChunkModel(
-                    sum(unit_times[u].get("forward", 0.0) for u in units), sum(backward_s(u) for u in back), len(units),
+                    sum(forward_layer_s), sum(backward_layer_s), len(units),
                     layer_names=tuple(names),
                     layer_comm_forward=tuple(unit_comm[u][0] for u in units),
                     layer_comm_backward=tuple(unit_comm[u][1] for u in back),
-                    forward_layer_s=tuple(unit_times[u].get("forward", 0.0) for u in units),
-                    backward_layer_s=tuple(backward_s(u) for u in back),
+                    forward_layer_s=forward_layer_s, backward_layer_s=backward_layer_s,
                     grad_bytes=params * grad_b, param_bytes=params * weight_b,
                     layer_param_bytes=tuple(unit_params[u] * weight_b for u in units),
                     grad_layers=tuple(tuple(n * grad_b for n in unit_tensors[u]) for u in back),
