@@ -236,12 +236,15 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
 
     sm_fraction = fabric.collective_sm_fraction if fabric is not None else 0.0
     collectives_running = [0] * p
-    collectives_changed = [env.event() for _ in range(p)]
+    computing: list[Any] = [None] * p
+    """The process computing on each stage, if any: a collective kernel starting or ending there
+    interrupts it to change its rate."""
 
     def collective_kernel(s: int, delta: int):
         collectives_running[s] += delta
-        changed, collectives_changed[s] = collectives_changed[s], env.event()
-        changed.succeed()
+        if sm_fraction > 0 and computing[s] is not None:
+            computing[s].interrupt()
+            computing[s] = None
 
     def compute_for(s: int, seconds: float):
         """Run ``seconds`` of compute on stage ``s``. While collective kernels run there they hold
@@ -252,11 +255,14 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
         while remaining > 0:
             rate = 1.0 - sm_fraction if collectives_running[s] else 1.0
             start = env.now
-            done = env.timeout(remaining / rate)
-            yield done | collectives_changed[s]
-            if done.processed:
-                break
-            remaining -= (env.now - start) * rate
+            computing[s] = env.active_process
+            try:
+                yield env.timeout(remaining / rate)
+            except simpy.Interrupt:
+                remaining -= (env.now - start) * rate
+                continue
+            computing[s] = None
+            break
         stats[s]["compute"] += seconds
         stats[s]["comm"] += env.now - t0 - seconds
 
