@@ -44,8 +44,11 @@ class FluidSystem:
         """Active flows with a demand on each resource, in start order."""
         self.busy_bytes: dict[str, float] = {k: 0.0 for k in capacities}
         self._last = env.now
-        self._changed = env.event()
-        env.process(self._run())
+        self._idle: simpy.Event | None = None
+        """What the solver waits on while no flow can progress."""
+        self._sleeping = False
+        """The solver waits for the next flow to end; a new flow interrupts it."""
+        self._solver = env.process(self._run())
 
     # -------------------------------------------------------------------------------- API
     def add_flow(self, count: float, work: float, demands: dict[str, float], max_rate: float,
@@ -61,8 +64,11 @@ class FluidSystem:
         for k in flow.demands:
             self._flows_on[k].append(flow)
         self._recompute(self._component(list(flow.demands), [flow]))
-        if not self._changed.triggered:
-            self._changed.succeed()
+        if self._sleeping:
+            self._sleeping = False
+            self._solver.interrupt()
+        elif self._idle is not None and not self._idle.triggered:
+            self._idle.succeed()
         return flow
 
     def utilization(self, resource: str, elapsed_s: float) -> float:
@@ -136,18 +142,19 @@ class FluidSystem:
 
     def _run(self):
         while True:
-            if not self.flows:
-                if self._changed.triggered:
-                    self._changed = self.env.event()
-                yield self._changed
-                continue
-            horizon = min((f.remaining / f.rate) if f.rate > 0 else float("inf") for f in self.flows)
-            if self._changed.triggered:
-                self._changed = self.env.event()
+            horizon = min(((f.remaining / f.rate) if f.rate > 0 else float("inf") for f in self.flows),
+                          default=float("inf"))
             if horizon == float("inf"):
-                yield self._changed
+                self._idle = self.env.event()
+                yield self._idle
+                self._idle = None
                 continue
-            yield self.env.timeout(max(horizon, 0.0)) | self._changed
+            self._sleeping = True
+            try:
+                yield self.env.timeout(max(horizon, 0.0))
+            except simpy.Interrupt:
+                pass
+            self._sleeping = False
             self._advance()
             now = self.env.now
             # done: all but a rounding error, or so little left that it would end at this very instant
