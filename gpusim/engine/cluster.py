@@ -292,8 +292,10 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             # same port get equal bytes per second there, as NCCL's connections do, so a small send
             # beside a large all-reduce takes its share of the port, not a share in proportion to size
             size = max(v / caps[k] for k, v in demands.items())
-            f = fluid.add_flow(1.0, size, {k: v / size for k, v in demands.items()}, max_rate=1e30, label=label)
-            yield f.done
+            if size > 0:  # (a few bytes can take less than the smallest float of seconds)
+                f = fluid.add_flow(1.0, size, {k: v / size for k, v in demands.items()}, max_rate=1e30,
+                                   label=label)
+                yield f.done
         if holds_sms:
             collective_kernel(src, -1)
         if record_spans:
@@ -408,7 +410,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 # gradients become ready tensor by tensor (at a steady rate inside the layer); buckets
                 # reduce as they fill
                 for nbytes in tensors:
-                    yield from compute_for(s, step.compute_s * nbytes / sum(tensors))
+                    yield from compute_for(s, step.compute_s * (nbytes / sum(tensors)))
                     bucket += nbytes
                     if lp.overlap and bucket >= lp.bucket_bytes:
                         submit(s, lp.dp_plan(collective, bucket), f"gradient bucket {name}")
