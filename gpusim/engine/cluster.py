@@ -149,11 +149,9 @@ class ChunkModel:
         times = (self.forward_layer_s if forward else self.backward_layer_s) or (total / n,) * n
         comm = (self.layer_comm_forward if forward else self.layer_comm_backward) or ((),) * n
         params = self.layer_param_bytes or (self.param_bytes / n,) * n
-        if not forward:
-            params = params[::-1]
         names = self.layer_names or tuple(f"layer {j}" for j in range(n))
-        if not forward:
-            names = names[::-1]
+        if not forward:  # given in the forward's order
+            params, names = params[::-1], names[::-1]
         grads = self.grad_layers or ((self.grad_bytes / n,),) * n
         ring = (self.layer_ring_forward if forward else self.layer_ring_backward) or (None,) * n
         wait = (self.layer_ring_wait_forward_s if forward else self.layer_ring_wait_backward_s) or (0.0,) * n
@@ -406,11 +404,12 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 # the collectives run beside the compute, which slows while they hold SMs
                 beside = env.process(flows_in_turn(comm, s, label("tensor parallel, overlapped,", j)))
             tensors = step.grad_tensor_bytes
-            if reduce_grads and sum(tensors) > 0:
+            grads = sum(tensors)
+            if reduce_grads and grads > 0:
                 # gradients become ready tensor by tensor (at a steady rate inside the layer); buckets
                 # reduce as they fill
                 for nbytes in tensors:
-                    yield from compute_for(s, step.compute_s * (nbytes / sum(tensors)))
+                    yield from compute_for(s, step.compute_s * (nbytes / grads))
                     bucket += nbytes
                     if lp.overlap and bucket >= lp.bucket_bytes:
                         submit(s, lp.dp_plan(collective, bucket), f"gradient bucket {name}")
@@ -430,8 +429,8 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             elif comm:
                 yield from flows_in_turn(comm, s, label("tensor parallel", j))
             stats[s]["comm"] += env.now - t1
-            if zero3 and kind == "B" and sum(tensors) > 0:
-                plan = lp.dp_plan("reduce_scatter", sum(tensors))
+            if zero3 and kind == "B" and grads > 0:
+                plan = lp.dp_plan("reduce_scatter", grads)
                 if lp.overlap:
                     submit(s, plan, label("zero3", j))
                 else:
