@@ -12,7 +12,7 @@ HARDWARE_ROOTS = ("gpu", "cpu", "num_nodes", "num_gpus_per_node", "intra_node", 
 """First key segments that belong to a hardware description; every other ``--set`` key is the workload's."""
 
 SINGLE_DEVICE_LAYOUT = ("parallelism.data=1", "parallelism.tensor=1", "parallelism.pipeline=1",
-                        "parallelism.context=1", "parallelism.zero_stage=0")
+                        "parallelism.context=1", "parallelism.expert=1", "parallelism.zero_stage=0")
 
 
 def split_overrides(pairs: Iterable[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], list[str]]:
@@ -47,7 +47,8 @@ def load_and_simulate(hardware_name: str, workload_name: str, hw_overrides: Sequ
         # the single-device engine runs the whole graph: drop the layout so the memory footprint
         # describes what is simulated
         notes.append(f"the workload's layout (data {layout.data}, context {layout.context}, tensor {layout.tensor}, "
-                     f"pipeline {layout.pipeline}) is for several GPUs; simulated here on one {hardware.name} device")
+                     f"pipeline {layout.pipeline}, expert {layout.expert}) is for several GPUs; simulated here on one "
+                     f"{hardware.name} device")
         workload = load_workload(workload_name, list(wl_items) + list(SINGLE_DEVICE_LAYOUT))
     return hardware, simulate(hardware, workload, launch_mode=launch_mode, unified_memory=unified_memory,
                               record_spans=record_spans, notes=tuple(notes))

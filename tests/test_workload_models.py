@@ -24,6 +24,7 @@ def closed_form_train_flop(batch, seq, layers, hidden, vocab):
     ("llama3_8b_train", 8.03e9, 0.005),
     ("llama2_70b_inference", 6.98e10, 0.015),
     ("mixtral_8x7b_inference", 4.67e10, 0.005),
+    ("mixtral_8x7b_train", 4.67e10, 0.005),
 ])
 def test_parameter_counts_match_published_models(name, expected, rel):
     assert load_workload(name).num_parameters == pytest.approx(expected, rel=rel)
