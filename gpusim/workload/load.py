@@ -382,21 +382,21 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
         # a mixture-of-experts layer's experts are split over the expert-parallel GPUs, and ZeRO shards
         # them over the data-parallel GPUs that hold the same experts (data / expert)
         expert_params = sum(f.num_parameters for layer in layers for f in layer.ops if f.expert)
+        # (expert split, ZeRO group) of the dense weights and of the experts'
+        sharding = {False: (1, par.data * par.context), True: (par.expert, par.data // par.expert)}
         states = [model_states(
             n, training=True, weight_bytes=dtype_bytes(p.weight_dtype), grad_bytes=dtype_bytes(p.grad_dtype),
-            optimizer_state_bytes=state, tensor=par.tensor * split, pipeline=par.pipeline, data=data,
-            zero_stage=par.zero_stage)
-            for n, split, data in ((num_parameters - expert_params, 1, par.data * par.context),
-                                   (expert_params, par.expert, par.data // par.expert))]
+            optimizer_state_bytes=state, tensor=par.tensor * sharding[expert][0], pipeline=par.pipeline,
+            data=sharding[expert][1], zero_stage=par.zero_stage)
+            for n, expert in ((num_parameters - expert_params, False), (expert_params, True))]
         weights, grads, optim = (sum(parts) for parts in zip(*states))
         if par.zero_stage >= 3:
             # FSDP / ZeRO-3 holds whole the layer it runs and, overlapped, the one it prefetches; and a
             # layer's whole gradient until its reduce-scatter ends, overlapped beside the next layer's
             # (this GPU's tensor- and expert-parallel shares of what is sharded at all)
             def gathered(f) -> float:
-                if f.expert:
-                    return f.num_parameters / par.expert if par.data // par.expert > 1 else 0.0
-                return f.num_parameters if par.data * par.context > 1 else 0.0
+                split, group = sharding[bool(f.expert)]
+                return f.num_parameters / split if group > 1 else 0.0
             largest = max(sum(gathered(f) for f in layer.ops) for layer in layers) / par.tensor
             held = 2 if par.overlap_communication else 1
             weights += held * largest * dtype_bytes(par.param_gather_dtype or p.weight_dtype)
