@@ -264,6 +264,13 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
         stats[s]["compute"] += seconds
         stats[s]["comm"] += env.now - t0 - seconds
 
+    def port_bytes(plan: CollectivePlan) -> tuple[float, float]:
+        """(NVLink, network) bytes of ``plan`` at the ports' full rates: its bytes scaled by how far
+        its own rate falls short of the port's, so a port carries it for as long as it takes."""
+        intra = plan.intra_bytes * intra_cap / plan.intra_bytes_per_s if plan.intra_bytes > 0 else 0.0
+        nic = plan.nic_bytes * nic_cap / plan.nic_bytes_per_s if plan.nic_bytes > 0 else 0.0
+        return intra, nic
+
     def flow(plan: CollectivePlan, src: int, dst: int | None = None, label: str = ""):
         """Run ``plan`` on the ports of stage ``src`` (and ``dst`` for a send): latency, then a fluid flow.
         A collective's kernel holds its SMs from launch to end (point-to-point sends are copies of a few
@@ -277,14 +284,13 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
         demands: dict[str, float] = {}
         tx_i, rx_i, tx_n, rx_n = _ports(src)
         rd = _ports(dst if dst is not None else src)
-        if plan.intra_bytes > 0:
-            scaled = plan.intra_bytes * intra_cap / plan.intra_bytes_per_s
-            demands[tx_i] = demands.get(tx_i, 0.0) + scaled
-            demands[rd[1]] = demands.get(rd[1], 0.0) + scaled
-        if plan.nic_bytes > 0:
-            scaled = plan.nic_bytes * nic_cap / plan.nic_bytes_per_s
-            demands[tx_n] = demands.get(tx_n, 0.0) + scaled
-            demands[rd[3]] = demands.get(rd[3], 0.0) + scaled
+        intra, nic = port_bytes(plan)
+        if intra > 0:
+            demands[tx_i] = demands.get(tx_i, 0.0) + intra
+            demands[rd[1]] = demands.get(rd[1], 0.0) + intra
+        if nic > 0:
+            demands[tx_n] = demands.get(tx_n, 0.0) + nic
+            demands[rd[3]] = demands.get(rd[3], 0.0) + nic
         if demands:
             # work in seconds on its busiest port (the one that limits it alone): flows limited by the
             # same port get equal bytes per second there, as NCCL's connections do, so a small send
@@ -315,8 +321,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
         out = []
         for group in groups.values():
             lat = sum(x.latency_s for x in group)
-            intra = sum(x.intra_bytes * intra_cap / x.intra_bytes_per_s for x in group if x.intra_bytes > 0)
-            nic = sum(x.nic_bytes * nic_cap / x.nic_bytes_per_s for x in group if x.nic_bytes > 0)
+            intra, nic = (sum(b) for b in zip(*(port_bytes(x) for x in group)))
             first = group[0]
             name = "+".join(dict.fromkeys(x.collective for x in group))
             out.append(CollectivePlan(name, first.algorithm, first.protocol, sum(x.num_bytes for x in group),
