@@ -339,6 +339,10 @@ def test_tensor_parallel_collectives_run_after_each_layer():
     assert [t for s in comm for t in (s.start_s, s.end_s)] == pytest.approx([0.3, 0.4, 1.1, 1.2, 2.6, 2.7, 3.3, 3.4])
     assert stats.step_s == pytest.approx(3.4)
     assert stats.exposed_comm_s == pytest.approx(0.4)
+    # each layer's compute is its own span on the layers track, between its collectives
+    layers = sorted((s for s in stats.spans if s.track == "stage 0 layers"), key=lambda s: s.start_s)
+    assert [s.name for s in layers] == ["F0 first", "F0 second", "B0 second", "B0 first"]
+    assert [t for s in layers for t in (s.start_s, s.end_s)] == pytest.approx([0.0, 0.3, 0.4, 1.1, 1.2, 2.6, 2.7, 3.3])
 
 
 @pytest.mark.parametrize("overlap,step_s,exposed_s", [(True, 4.6, 0.6), (False, 5.2, 1.2)])

@@ -52,3 +52,12 @@ def test_a_steps_time_splits_into_compute_communication_bubble_and_optimizer(
     assert stats.step_s >= m * (chunk.forward_s + chunk.backward_s) + 1e-3 - 1e-12
     for span in stats.spans:
         assert -1e-12 <= span.start_s <= span.end_s <= stats.step_s + 1e-12
+    # the layers' spans carry that compute, each lasting at least its own (longer where collectives
+    # hold SMs), and lie inside their pass's span on the compute track
+    layers = [x for x in stats.spans if x.track.endswith(" layers")]
+    assert sum(dict(x.args)["compute_s"] for x in layers) == pytest.approx(p * stats.compute_s, rel=1e-9, abs=1e-12)
+    passes = {(x.track.split()[1], x.name): x for x in stats.spans if x.track.endswith(" compute")}
+    for x in layers:
+        assert x.end_s - x.start_s >= dict(x.args)["compute_s"] * (1 - 1e-9) - 1e-15
+        outer = passes[(x.track.split()[1], x.name.split()[0])]
+        assert outer.start_s - 1e-12 <= x.start_s <= x.end_s <= outer.end_s + 1e-12

@@ -162,7 +162,7 @@ def test_a_multi_gpu_trace_has_a_process_per_gpu_with_its_compute_and_ports(tmp_
         declared = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name" and e["pid"] == pid}
         used = {e["tid"] for e in events if e["ph"] == "X" and e["pid"] == pid}
         assert set(declared) == used
-        assert sorted(declared.values()) == ["NVLink port", "compute"]
+        assert sorted(declared.values()) == ["NVLink port", "compute", "layers"]
 
     def spans(pid, track):
         tid = next(e["tid"] for e in events if e["name"] == "thread_name" and e["pid"] == pid
@@ -173,6 +173,9 @@ def test_a_multi_gpu_trace_has_a_process_per_gpu_with_its_compute_and_ports(tmp_
     assert spans(1, "compute") == spans(4, "compute") != spans(5, "compute")
     # 4 micro-batches forward and backward, and the optimizer, on every GPU
     assert sum(name[0] in "FB" for name, _, _ in spans(5, "compute")) == 8
+    # and each pass's layers on the layers track: stage 1 has blocks 2 and 3 and the head
+    assert [name for name, _, _ in spans(5, "layers")][:3] == ["F0 layer 2", "F0 layer 3", "F0 head"]
+    assert len(spans(5, "layers")) == 8 * 3
     # a pipeline send shows on the sender's port and the receiver's, at the same time
     sent = [(ts, dur) for name, ts, dur in spans(1, "NVLink port") if name == "send_recv F0"]
     received = [(ts, dur) for name, ts, dur in spans(5, "NVLink port") if name == "send_recv F0 from stage 0"]

@@ -410,6 +410,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 beside = env.process(flows_in_turn(comm, s, label("tensor parallel, overlapped,", j)))
             tensors = step.grad_tensor_bytes
             grads = sum(tensors)
+            t_compute = env.now
             if reduce_grads and grads > 0:
                 # gradients become ready tensor by tensor (at a steady rate inside the layer); buckets
                 # reduce as they fill
@@ -421,6 +422,9 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                         bucket = 0.0
             else:
                 yield from compute_for(s, step.compute_s)
+            if record_spans and step.compute_s > 0:
+                spans.append(Span(stage_track(s, "layers"), f"{name} {step.name}", t_compute, env.now,
+                                  (("layer", step.name), ("compute_s", step.compute_s))))
             if step.ring_wait_s > 0:
                 t1 = env.now
                 yield env.timeout(step.ring_wait_s)

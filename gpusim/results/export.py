@@ -14,8 +14,9 @@ from gpusim.errors import ConfigError, GpusimError
 from gpusim.results.result import SimulationResult, Span, track_stage
 
 TRACK_ORDER = ("host", "stream 0", "host link", "SMs", "L2", "HBM")
-STEP_TRACK_ORDER = ("compute", "NVLink port", "network port", "context ring")
-"""A multi-GPU training step's tracks per GPU (the engine's spans on ``stage S TRACK``)."""
+STEP_TRACK_ORDER = ("compute", "layers", "NVLink port", "network port", "context ring")
+"""A multi-GPU training step's tracks per GPU (the engine's spans on ``stage S TRACK``): each pass
+(``F0``, ``B3``) on ``compute``, each of its layers' compute on ``layers``."""
 
 
 def write_json(data: Any, destination: str) -> None:
