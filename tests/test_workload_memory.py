@@ -5,6 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gpusim.workload import MemoryFootprint, fits, load_workload
+from gpusim.workload.expand import training_activation_bytes
+from gpusim.workload.memory import pipeline_microbatches_in_flight, stage_layers
+from gpusim.workload.models import transformer as T
+from gpusim.workload.precision import policy as precision_policy
 
 
 def test_mixed_precision_adam_is_16_bytes_per_parameter():
@@ -93,21 +97,48 @@ def test_fits():
     assert not ok and short > 2e12
 
 
-@pytest.mark.parametrize("schedule, virtual, in_flight", [("1f1b", 1, 4), ("gpipe", 1, 16),
-                                                          ("interleaved", 2, 4 + 3 / 2)])
-def test_pipeline_stage_holds_its_schedules_micro_batches_in_flight(schedule, virtual, in_flight):
-    """The first of 4 stages holds min(p, m) micro-batches under 1F1B, all m under GPipe and
-    p + (p - 1) / v under the interleaved schedule; its layers are a quarter of the model's."""
-    common = ["config.num_layers=8", "parallelism.pipeline=4", "batch_size=1"]
-    one = load_workload("gpt2_large_train", ["config.num_layers=8", "batch_size=1"]).memory.activations_bytes
-    staged = load_workload("gpt2_large_train", common + [
-        "parallelism.microbatches=16", f"parallelism.schedule={schedule}",
-        f"parallelism.virtual_stages={virtual}"]).memory.activations_bytes
-    assert staged == pytest.approx(one * in_flight / 4, rel=1e-9)
+@pytest.mark.parametrize("schedule, virtual, in_flight", [
+    ("1f1b", 1, [4, 3, 2, 1]), ("gpipe", 1, [16] * 4),
+    # Megatron-LM's interleaved warm-up: 2 (p - s - 1) + (v - 1) p chunk forwards, one more before the
+    # first backward, each through half the stage's layers; the first stage's p + (p - 1) / v
+    ("interleaved", 2, [(6 + 4 + 1) / 2, (4 + 4 + 1) / 2, (2 + 4 + 1) / 2, (0 + 4 + 1) / 2])])
+def test_each_pipeline_stage_holds_its_schedules_micro_batches_in_flight(schedule, virtual, in_flight):
+    assert [pipeline_microbatches_in_flight(schedule, 4, 16, virtual, s) for s in range(4)] == in_flight
+    assert pipeline_microbatches_in_flight(schedule, 4, 2, virtual, 0) <= 2  # never more than there are
+
+
+def test_pipeline_stages_hold_their_own_layers():
+    layers = ["embedding"] + [f"layer{i}" for i in range(8)] + ["head"]
+    assert stage_layers(layers, 4) == [["embedding", "layer0", "layer1"], ["layer2", "layer3"],
+                                       ["layer4", "layer5"], ["layer6", "layer7", "head"]]
+    # interleaved: chunk c p + s on stage s
+    assert stage_layers(layers, 4, 2) == [["embedding", "layer0", "layer4"], ["layer1", "layer5"],
+                                          ["layer2", "layer6"], ["layer3", "layer7", "head"]]
+    assert stage_layers(layers, 1) == [layers]
+
+
+@pytest.mark.parametrize("schedule, fullest, in_flight", [("1f1b", 0, 4), ("gpipe", 3, 16)])
+def test_a_pipelines_footprint_is_its_fullest_stage(schedule, fullest, in_flight):
+    """GPT-2 Large cut to 8 blocks on 4 stages, 16 micro-batches. Under 1F1B the first stage is
+    fullest: the embedding (50257 x 1280 + 1024 x 1280 = 65,639,680 parameters) and two blocks
+    (12 h^2 + 13 h = 19,677,440 each) in 16-bit weights, and four micro-batches of their activations.
+    Under GPipe every stage holds all 16 micro-batches and the last, with the head's logits, is fullest."""
+    w = load_workload("gpt2_large_train", ["config.num_layers=8", "parallelism.pipeline=4", "batch_size=1",
+                                           "parallelism.microbatches=16", f"parallelism.schedule={schedule}"])
+    assert w.memory.pipeline_stage == fullest
+    if fullest == 0:
+        assert w.memory.weights_bytes == (65_639_680 + 2 * 19_677_440) * 2
+    r = T.resolve(w.spec.model, w.spec.config)
+    layers = T.build_layers(r, precision_policy(w.spec.precision), batch=1, seq_q=r.seq_len, seq_kv=r.seq_len,
+                            training=True)
+    held = stage_layers(layers, 4)[fullest]
+    per_microbatch = training_activation_bytes(held, fusion=w.spec.fusion, checkpointing="none")
+    assert w.memory.activations_bytes == pytest.approx(in_flight * per_microbatch, rel=1e-12)
     # micro-batches given as gradient accumulation hold the same
     if schedule == "1f1b":
-        accumulated = load_workload("gpt2_large_train", common + ["gradient_accumulation_steps=16"])
-        assert accumulated.memory.activations_bytes == pytest.approx(staged)
+        accumulated = load_workload("gpt2_large_train", ["config.num_layers=8", "parallelism.pipeline=4",
+                                                         "batch_size=1", "gradient_accumulation_steps=16"])
+        assert accumulated.memory.activations_bytes == pytest.approx(w.memory.activations_bytes)
 
 
 @pytest.mark.parametrize("checkpointing, without_sp, with_sp", [

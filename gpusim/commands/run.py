@@ -160,8 +160,10 @@ def print_summary(result) -> None:
         busiest = sorted(result.link_utilization.items(), key=lambda kv: kv[1], reverse=True)[:4]
         if busiest:
             print("  busiest links: " + ", ".join(f"{k} {u:.0%}" for k, u in busiest))
+    stage = result.memory.get("pipeline_stage")
     print(f"  memory {result.peak_memory_bytes / 2**30:.2f} GiB of {result.memory_capacity_bytes / 2**30:.0f} GiB"
-          f" ({'fits' if result.fits_in_memory else 'DOES NOT FIT'})")
+          + (f" on pipeline stage {stage}, the fullest" if stage is not None else "")
+          + f" ({'fits' if result.fits_in_memory else 'DOES NOT FIT'})")
     if result.energy_j is not None:
         line = (f"  energy {format_quantity(result.energy_j, 'j')}, power avg {result.avg_power_w:,.0f} W / peak "
                 f"{result.peak_power_w:,.0f} W (TDP {result.tdp_w:,.0f} W), {result.flop_per_j / 1e9:,.1f} GFLOP/J")

@@ -20,7 +20,7 @@ from gpusim.workload.expand import (
 from gpusim.workload.graph import GraphError, OpNode, WorkloadGraph, chain, order_nodes
 from gpusim.workload.layers import ModelError
 from gpusim.workload.memory import (LIBRARY_WORKSPACE_BYTES, MemoryFootprint, model_states,
-                                    pipeline_microbatches_in_flight)
+                                    pipeline_microbatches_in_flight, stage_layers)
 from gpusim.workload.models import CONFIG_CLASSES
 from gpusim.workload.models import cnn, mlp, resnet
 from gpusim.workload.models import transformer as T
@@ -380,48 +380,62 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
         state = OptimizerUpdate(num_parameters=1, optimizer=spec.optimizer_name, dtype=p.weight_dtype,
                                 master_weights=p.master_weights).state_bytes_per_parameter()
         # a mixture-of-experts layer's experts are split over the expert-parallel GPUs, and ZeRO shards
-        # them over the data-parallel GPUs that hold the same experts (data / expert)
-        expert_params = sum(f.num_parameters for layer in layers for f in layer.ops if f.expert)
+        # them over the data-parallel GPUs that hold the same experts (data / expert):
         # (expert split, ZeRO group) of the dense weights and of the experts'
         sharding = {False: (1, par.data * par.context), True: (par.expert, par.data // par.expert)}
-        states = [model_states(
-            n, training=True, weight_bytes=dtype_bytes(p.weight_dtype), grad_bytes=dtype_bytes(p.grad_dtype),
-            optimizer_state_bytes=state, tensor=par.tensor * sharding[expert][0], pipeline=par.pipeline,
-            data=sharding[expert][1], zero_stage=par.zero_stage)
-            for n, expert in ((num_parameters - expert_params, False), (expert_params, True))]
-        weights, grads, optim = (sum(parts) for parts in zip(*states))
-        if par.zero_stage >= 3:
-            # FSDP / ZeRO-3 holds whole the layer it runs and, overlapped, the one it prefetches; and a
-            # layer's whole gradient until its reduce-scatter ends, overlapped beside the next layer's
-            # (this GPU's tensor- and expert-parallel shares of what is sharded at all)
-            def gathered(f) -> float:
-                split, group = sharding[bool(f.expert)]
-                return f.num_parameters / split if group > 1 else 0.0
-            largest = max(sum(gathered(f) for f in layer.ops) for layer in layers) / par.tensor
-            held = 2 if par.overlap_communication else 1
-            weights += held * largest * dtype_bytes(par.param_gather_dtype or p.weight_dtype)
-            grads += held * largest * dtype_bytes(par.grad_reduce_dtype or p.grad_dtype)
-        activations = training_activation_bytes(layers, fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
-                                                tensor=par.tensor, sequence_parallel=par.sequence_parallel)
+        largest_output = max((n.op.bytes_written() for n in graph.nodes if n.phase != "optimizer"), default=0.0)
+        workspace = LIBRARY_WORKSPACE_BYTES + largest_output / par.tensor
+
+        def activations_of(held: Sequence, checkpointing: str) -> float:
+            return training_activation_bytes(held, fusion=spec.fusion, checkpointing=checkpointing,
+                                             tensor=par.tensor, sequence_parallel=par.sequence_parallel)
+
+        def stage_footprint(stage: int, held: Sequence) -> MemoryFootprint:
+            expert_params = sum(f.num_parameters for layer in held for f in layer.ops if f.expert)
+            states = [model_states(
+                n, training=True, weight_bytes=dtype_bytes(p.weight_dtype), grad_bytes=dtype_bytes(p.grad_dtype),
+                optimizer_state_bytes=state, tensor=par.tensor * sharding[expert][0],
+                data=sharding[expert][1], zero_stage=par.zero_stage)
+                for n, expert in ((sum(layer.num_parameters() for layer in held) - expert_params, False),
+                                  (expert_params, True))]
+            weights, grads, optim = (sum(parts) for parts in zip(*states))
+            if par.zero_stage >= 3:
+                # FSDP / ZeRO-3 holds whole the layer it runs and, overlapped, the one it prefetches; and a
+                # layer's whole gradient until its reduce-scatter ends, overlapped beside the next layer's
+                # (this GPU's tensor- and expert-parallel shares of what is sharded at all)
+                def gathered(f) -> float:
+                    split, group = sharding[bool(f.expert)]
+                    return f.num_parameters / split if group > 1 else 0.0
+                largest = max(sum(gathered(f) for f in layer.ops) for layer in held) / par.tensor
+                held_layers = 2 if par.overlap_communication else 1
+                weights += held_layers * largest * dtype_bytes(par.param_gather_dtype or p.weight_dtype)
+                grads += held_layers * largest * dtype_bytes(par.grad_reduce_dtype or p.grad_dtype)
+            in_flight = pipeline_microbatches_in_flight(par.schedule, par.pipeline, par.microbatches or ga,
+                                                        par.virtual_stages, stage)
+            activations = activations_of(held, spec.activation_checkpointing) / par.context * in_flight
+            return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace, pipeline_stage=stage)
+
+        # each pipeline stage holds its own layers (the first the embedding, the last the head) and the
+        # micro-batches its schedule keeps in flight; the footprint is the largest stage's
+        held_by_stage = stage_layers(layers, par.pipeline, par.virtual_stages) if r is not None else [layers]
+        memory = max((stage_footprint(s, held) for s, held in enumerate(held_by_stage)),
+                     key=lambda f: f.total_bytes)
         if spec.activation_checkpointing == "selective":
-            kept_all = training_activation_bytes(layers, fusion=spec.fusion, checkpointing="none", tensor=par.tensor,
-                                                 sequence_parallel=par.sequence_parallel)
-            if kept_all > 0 and (kept_all - activations) < SELECTIVE_WORTHWHILE_FRACTION * kept_all:
-                notes.append(f"selective checkpointing saves {(kept_all - activations) / kept_all:.1%} of the "
+            kept_all = activations_of(layers, "none")
+            saved = kept_all - activations_of(layers, "selective")
+            if kept_all > 0 and saved < SELECTIVE_WORTHWHILE_FRACTION * kept_all:
+                notes.append(f"selective checkpointing saves {saved / kept_all:.1%} of the "
                              "activations here (a fused attention kernel keeps only Q, K, V and its statistics) "
                              "and still recomputes the attention core")
-        in_flight = pipeline_microbatches_in_flight(par.schedule, par.pipeline, par.microbatches or ga,
-                                                    par.virtual_stages)
-        activations = activations / par.context * in_flight / par.pipeline
     else:
         weights, grads, optim = model_states(num_parameters, training=False,
                                              weight_bytes=dtype_bytes(p.inference_weight_dtype),
                                              grad_bytes=0, optimizer_state_bytes=0, tensor=par.tensor,
                                              pipeline=par.pipeline)
         activations = inference_activation_bytes(layers, spec.fusion) / par.tensor
-    largest_output = max((n.op.bytes_written() for n in graph.nodes if n.phase != "optimizer"), default=0.0)
-    workspace = LIBRARY_WORKSPACE_BYTES + largest_output / par.tensor
-    memory = MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace)
+        largest_output = max((n.op.bytes_written() for n in graph.nodes), default=0.0)
+        workspace = LIBRARY_WORKSPACE_BYTES + largest_output / par.tensor
+        memory = MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace)
 
     samples = batch * ga if training else batch
     return Workload(

@@ -12,15 +12,21 @@ t*p GPUs; ZeRO stage 1/2/3 further splits optimizer states / + gradients / + wei
 parallel GPUs. Activations are split over t (with sequence parallelism all of them; without it the
 norms' inputs, the column-parallel GEMMs' input and the dropout masks stay whole on every rank,
 Korthikanti et al. 2022) and over the context-parallel GPUs c, each of which holds 1/c of every
-sequence (ZeRO then shards over the data x context GPUs, which all hold the same weights); under
-the 1F1B pipeline schedule the first stage holds min(p, micro-batches) micro-batches of 1/p of the
-layers (GPipe all of them, the interleaved schedule p + (p - 1) / v; see
-:func:`pipeline_microbatches_in_flight`). The KV cache is split over min(t, kv_heads) and p.
+sequence (ZeRO then shards over the data x context GPUs, which all hold the same weights). A
+pipeline stage holds its own layers' states (the first stage the embedding, the last the head; see
+:func:`stage_layers`) and the micro-batches its schedule keeps in flight (1F1B's stage s
+min(p - s, micro-batches), GPipe all of them; see :func:`pipeline_microbatches_in_flight`); a
+training footprint is its fullest stage's. The KV cache is split over min(t, kv_heads) and p.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpusim.workload.layers import Layer
 
 LIBRARY_WORKSPACE_BYTES = 32 * 2**20
 """cuBLAS workspace PyTorch reserves on Hopper-class GPUs (32 MiB)."""
@@ -34,6 +40,8 @@ class MemoryFootprint:
     activations_bytes: float
     kv_cache_bytes: float
     workspace_bytes: float
+    pipeline_stage: int = 0
+    """The pipeline stage these bytes are on: the one that needs most (0 without a pipeline)."""
 
     @property
     def total_bytes(self) -> float:
@@ -52,19 +60,39 @@ def fits(footprint: MemoryFootprint, capacity_bytes: float) -> tuple[bool, float
     return (shortfall <= 0, max(0.0, shortfall))
 
 
-def pipeline_microbatches_in_flight(schedule: str, stages: int, microbatches: int, virtual_stages: int = 1) -> float:
-    """Micro-batches whose activations the first pipeline stage holds at its peak, in units of one
+def pipeline_microbatches_in_flight(schedule: str, stages: int, microbatches: int, virtual_stages: int = 1,
+                                    stage: int = 0) -> float:
+    """Micro-batches whose activations pipeline stage ``stage`` holds at its peak, in units of one
     micro-batch through all the stage's layers: GPipe runs every forward before any backward (all
-    m); 1F1B starts a backward after p forwards (min(p, m)); the interleaved schedule's first stage
-    warms up (p - 1) more model chunks of 1/v of its layers, p (1 + (p - 1) / (p v)) micro-batches
-    (Korthikanti et al. 2022, section 4.2.3). One stage: one micro-batch at a time."""
+    m); 1F1B's stage s runs p - s forwards before its first backward (min(p - s, m)); the interleaved
+    schedule's stage s warms up 2 (p - s - 1) + (v - 1) p chunk forwards and runs one more before its
+    first backward, each through 1/v of its layers (Megatron-LM's schedule; for the first stage
+    p (1 + (p - 1) / (p v)) micro-batches, Korthikanti et al. 2022, section 4.2.3). One stage: one
+    micro-batch at a time."""
     if stages <= 1:
         return 1.0
     if schedule == "gpipe":
         return float(microbatches)
     if schedule == "interleaved":
-        return min(float(microbatches), stages + (stages - 1) / virtual_stages)
-    return float(min(stages, microbatches))
+        v = virtual_stages
+        return min(microbatches * v, 2 * (stages - stage - 1) + (v - 1) * stages + 1) / v
+    return float(min(stages - stage, microbatches))
+
+
+def stage_layers(layers: Sequence[Layer], stages: int, virtual_stages: int = 1) -> list[list[Layer]]:
+    """The layers of a language model (embedding, blocks, head) that each pipeline stage holds: the
+    blocks in ``stages x virtual_stages`` equal chunks, chunk c p + s on stage s, the embedding
+    with the first chunk and the head with the last, as the step engine runs them."""
+    if stages * virtual_stages <= 1:
+        return [list(layers)]
+    embedding, blocks, head = layers[0], layers[1:-1], layers[-1]
+    chunks = stages * virtual_stages
+    per_chunk = len(blocks) // chunks
+    out: list[list[Layer]] = [[] for _ in range(stages)]
+    for vs in range(chunks):
+        out[vs % stages] += ([embedding] * (vs == 0) + list(blocks[vs * per_chunk:(vs + 1) * per_chunk])
+                             + [head] * (vs == chunks - 1))
+    return out
 
 
 def model_states(num_parameters: int, *, training: bool, weight_bytes: float, grad_bytes: float,
