@@ -191,3 +191,15 @@ def test_selective_checkpointing_that_saves_almost_nothing_is_flagged():
     unfused = load_workload("gpt2_large_train", ["activation_checkpointing=selective", "fusion=none"])
     assert unfused.notes == ()
     assert load_workload("gpt2_large_train", ["activation_checkpointing=none"]).notes == ()
+
+
+def test_a_pipelined_servers_footprint_is_its_fullest_stage():
+    """Llama-2 7B served on 4 stages: the last holds 8 blocks of 202,383,360 parameters and the head
+    (the 32,000 x 4,096 output projection and the final norm's 4,096 weights), 4,096 parameters more
+    than the first stage's 8 blocks and embedding; 16-bit weights, a quarter of the KV cache."""
+    whole = load_workload("llama2_7b_inference").memory
+    staged = load_workload("llama2_7b_inference", ["parallelism.pipeline=4"]).memory
+    assert staged.pipeline_stage == 3
+    assert staged.weights_bytes == (8 * 202_383_360 + 32_000 * 4_096 + 4_096) * 2
+    assert staged.kv_cache_bytes == whole.kv_cache_bytes / 4
+    assert staged.activations_bytes == whole.activations_bytes  # the head's logits, on the last stage

@@ -881,7 +881,7 @@ def _memory(workload) -> tuple[dict[str, float], float]:
             "workspace_bytes")
     out = {k: float(getattr(memory, k)) for k in keys}
     out["total_bytes"] = float(memory.total_bytes)
-    if workload.spec.mode == "train" and workload.spec.parallelism.pipeline > 1:
+    if workload.spec.parallelism.pipeline > 1:
         out["pipeline_stage"] = memory.pipeline_stage  # the fullest stage, whose bytes these are
     return out, float(memory.total_bytes)
 

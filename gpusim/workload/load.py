@@ -428,14 +428,20 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
                              "activations here (a fused attention kernel keeps only Q, K, V and its statistics) "
                              "and still recomputes the attention core")
     else:
-        weights, grads, optim = model_states(num_parameters, training=False,
-                                             weight_bytes=dtype_bytes(p.inference_weight_dtype),
-                                             grad_bytes=0, optimizer_state_bytes=0, tensor=par.tensor,
-                                             pipeline=par.pipeline)
-        activations = inference_activation_bytes(layers, spec.fusion) / par.tensor
         largest_output = max((n.op.bytes_written() for n in graph.nodes), default=0.0)
         workspace = LIBRARY_WORKSPACE_BYTES + largest_output / par.tensor
-        memory = MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace)
+
+        def serving_footprint(stage: int, held: Sequence) -> MemoryFootprint:
+            weights, grads, optim = model_states(sum(layer.num_parameters() for layer in held), training=False,
+                                                 weight_bytes=dtype_bytes(p.inference_weight_dtype),
+                                                 grad_bytes=0, optimizer_state_bytes=0, tensor=par.tensor)
+            activations = inference_activation_bytes(held, spec.fusion) / par.tensor
+            return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace, pipeline_stage=stage)
+
+        # each pipeline stage holds its own layers' weights and its blocks' share of the KV cache
+        held_by_stage = stage_layers(layers, par.pipeline) if r is not None else [layers]
+        memory = max((serving_footprint(s, held) for s, held in enumerate(held_by_stage)),
+                     key=lambda f: f.total_bytes)
 
     samples = batch * ga if training else batch
     return Workload(
