@@ -31,6 +31,14 @@ def test_show_text_with_hardware(capsys):
     assert "matmul" in out and "decode" in out and "fits" in out
 
 
+def test_show_names_the_fullest_pipeline_stage(capsys):
+    # one micro-batch in flight on every stage: the last, with the head's logits, is fullest
+    assert main(["workload", "show", "llama2_7b_train", "--set", "parallelism.pipeline=4"]) == 0
+    assert "memory per GPU (pipeline stage 3, the fullest):" in capsys.readouterr().out
+    assert main(["workload", "show", "llama2_7b_train", "--set", "parallelism.pipeline=4", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["memory"]["pipeline_stage"] == 3
+
+
 def test_show_set_error_exit_2(capsys):
     assert main(["workload", "show", "gpt3_175b_train", "--set", "precision=fp9"]) == 2
     assert "precision" in capsys.readouterr().err
