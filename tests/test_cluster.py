@@ -67,6 +67,9 @@ def test_tensor_parallelism_splits_compute():
 
 @pytest.mark.parametrize("items,key", [
     (["parallelism.pipeline=3"], "parallelism.pipeline"),
+    # 8 layers in 2 x 3 chunks
+    (["parallelism.pipeline=2", "parallelism.schedule=interleaved", "parallelism.virtual_stages=3",
+      "parallelism.microbatches=4"], "parallelism.pipeline"),
     (["parallelism.data=16"], "parallelism"),
 ])
 def test_impossible_layouts_are_config_errors(items, key):

@@ -283,6 +283,10 @@ def _check_parallelism(spec: ModelWorkloadSpec, r: T.Resolved | None, num_layers
         raise ModelError("parallelism.tensor", f"num_heads {r.num_heads} is not divisible by tensor {par.tensor}")
     if par.pipeline > num_layers:
         raise ModelError("parallelism.pipeline", f"pipeline {par.pipeline} is larger than the {num_layers} layers")
+    if r is not None and num_layers % (par.pipeline * par.virtual_stages):
+        # every stage holds as many blocks (the step engine and the per-stage memory need it)
+        raise ModelError("parallelism.pipeline", f"{num_layers} layers are not divisible by pipeline {par.pipeline}"
+                         f" x virtual_stages {par.virtual_stages}")
     c = par.context
     if c > 1:
         if r is None:
