@@ -337,8 +337,8 @@ def test_tensor_parallel_collectives_run_after_each_layer():
                        forward_layer_s=(0.3, 0.7), backward_layer_s=(1.4, 0.6), layer_names=("first", "second"))
     stats = run_step(None, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1), record_spans=True)
     comm = sorted((s for s in stats.spans if s.track == "stage 0 NVLink port"), key=lambda s: s.start_s)
-    assert [s.name for s in comm] == ["all_reduce tensor parallel F0 first", "all_reduce tensor parallel F0 second",
-                                      "all_reduce tensor parallel B0 second", "all_reduce tensor parallel B0 first"]
+    assert [s.name for s in comm] == ["all_reduce F0 first", "all_reduce F0 second", "all_reduce B0 second",
+                                      "all_reduce B0 first"]
     assert [t for s in comm for t in (s.start_s, s.end_s)] == pytest.approx([0.3, 0.4, 1.1, 1.2, 2.6, 2.7, 3.3, 3.4])
     assert stats.step_s == pytest.approx(3.4)
     assert stats.exposed_comm_s == pytest.approx(0.4)
@@ -346,6 +346,45 @@ def test_tensor_parallel_collectives_run_after_each_layer():
     layers = sorted((s for s in stats.spans if s.track == "stage 0 layers"), key=lambda s: s.start_s)
     assert [s.name for s in layers] == ["F0 first", "F0 second", "B0 second", "B0 first"]
     assert [t for s in layers for t in (s.start_s, s.end_s)] == pytest.approx([0.0, 0.3, 0.4, 1.1, 1.2, 2.6, 2.7, 3.3])
+
+
+def test_collectives_run_where_their_layer_places_them():
+    # One forward layer of 1 s compute whose two 0.1 s all-reduces run after 40% of it and after all
+    # of it: 0.4-0.5 and 1.1-1.2; the layer's span holds the first
+    plan = _per_gb_plan(0.1)("all_reduce", 1e9)
+    chunk = ChunkModel(1.0, 0.0, 1, layer_comm_forward=((plan, plan),), layer_comm_forward_at=((0.4, 1.0),))
+    stats = run_step(None, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1), record_spans=True)
+    comm = sorted((s for s in stats.spans if s.track == "stage 0 NVLink port"), key=lambda s: s.start_s)
+    assert [t for s in comm for t in (s.start_s, s.end_s)] == pytest.approx([0.4, 0.5, 1.1, 1.2])
+    layer = next(s for s in stats.spans if s.track == "stage 0 layers")
+    assert (layer.start_s, layer.end_s) == pytest.approx((0.0, 1.1))
+    assert stats.step_s == pytest.approx(1.2) and stats.exposed_comm_s == pytest.approx(0.2)
+    with pytest.raises(ValueError):
+        ChunkModel(1.0, 0.0, 1, layer_comm_forward=((plan, plan),), layer_comm_forward_at=((0.4,),))
+    with pytest.raises(ValueError):
+        ChunkModel(1.0, 0.0, 1, layer_comm_forward=((plan,),), layer_comm_forward_at=((1.5,),))
+
+
+@pytest.mark.parametrize("sequence_parallel, names", [
+    (False, ["all_reduce", "all_reduce"]),
+    (True, ["all_gather", "reduce_scatter", "all_gather", "reduce_scatter"])])
+def test_a_blocks_tensor_parallel_collectives_run_between_its_gemms(sequence_parallel, names):
+    # Megatron-LM's order in a block's forward: (all-gather,) QKV, attention, output projection,
+    # all-reduce (reduce-scatter), norm, (all-gather,) FC1, FC2, all-reduce (reduce-scatter): only the
+    # last one waits for the whole layer's compute
+    w = load_workload("llama2_7b_train", ["config.num_layers=2", "parallelism.tensor=2",
+                                          f"parallelism.sequence_parallel={str(sequence_parallel).lower()}"])
+    r = simulate_system(load_hardware("dgx_h100"), w, record_spans=True)
+    layer = next(s for s in r.spans if s.track == "stage 0 layers" and s.name == "F0 layer 0")
+    comm = sorted((s for s in r.spans if s.track == "stage 0 NVLink port" and s.name.endswith("F0 layer 0")),
+                  key=lambda s: s.start_s)
+    assert [s.name.split()[0] for s in comm] == names
+    # all but the last inside the layer's span
+    assert all(layer.start_s < s.start_s and s.end_s < layer.end_s for s in comm[:-1])
+    assert comm[-1].start_s == pytest.approx(layer.end_s)
+    # the compute is the same wherever the collectives fall
+    assert dict(layer.args)["compute_s"] == pytest.approx(layer.end_s - layer.start_s
+                                                          - sum(s.end_s - s.start_s for s in comm[:-1]))
 
 
 @pytest.mark.parametrize("overlap,step_s,exposed_s", [(True, 4.6, 0.6), (False, 5.2, 1.2)])

@@ -90,17 +90,23 @@ class ChunkModel:
     """One model chunk on one representative GPU, per micro-batch.
 
     A pass runs the chunk's layers in turn (the forward from the embedding, the backward from the
-    head): each layer's compute, then its blocking collectives."""
+    head): each layer's compute, with its blocking collectives where they fall in it."""
 
     forward_s: float
     backward_s: float
     """Backward including recompute."""
     num_layers: int
     layer_comm_forward: tuple[tuple[CollectivePlan, ...], ...] = ()
-    """The blocking collectives after each layer's forward compute (tensor-parallel all-reduces, expert
+    """The blocking collectives of each layer's forward (tensor-parallel all-reduces, expert
     all-to-alls, context-parallel gathers), layer by layer in the forward's order. Empty: none."""
     layer_comm_backward: tuple[tuple[CollectivePlan, ...], ...] = ()
     """The same for the backward, layer by layer in the backward's order (the head's first)."""
+    layer_comm_forward_at: tuple[tuple[float, ...], ...] = ()
+    """Where in its layer's forward compute each of ``layer_comm_forward``'s collectives runs, as the
+    fraction of the compute done before it (a block's first tensor-parallel all-reduce after its
+    attention, the second after its MLP). Empty: all after the compute."""
+    layer_comm_backward_at: tuple[tuple[float, ...], ...] = ()
+    """The same for the backward."""
     forward_layer_s: tuple[float, ...] = ()
     """Each layer's forward compute in the forward's order. Empty: ``forward_s`` split evenly."""
     backward_layer_s: tuple[float, ...] = ()
@@ -137,9 +143,14 @@ class ChunkModel:
                 raise ValueError(f"ChunkModel's layer times add up to {sum(layers)} s, not the pass's {total} s")
         for name in ("layer_comm_forward", "layer_comm_backward", "forward_layer_s", "backward_layer_s",
                      "layer_param_bytes", "grad_layers", "layer_names", "layer_ring_forward",
-                     "layer_ring_backward", "layer_ring_wait_forward_s", "layer_ring_wait_backward_s"):
+                     "layer_ring_backward", "layer_ring_wait_forward_s", "layer_ring_wait_backward_s",
+                     "layer_comm_forward_at", "layer_comm_backward_at"):
             if getattr(self, name) and len(getattr(self, name)) != n:
                 raise ValueError(f"ChunkModel.{name} has {len(getattr(self, name))} entries for {n} layers")
+        for comm, at in ((self.layer_comm_forward, self.layer_comm_forward_at),
+                         (self.layer_comm_backward, self.layer_comm_backward_at)):
+            if at and ([len(x) for x in at] != [len(x) for x in comm] or not all(0 <= f <= 1 for x in at for f in x)):
+                raise ValueError("ChunkModel's collective positions must be one fraction in [0, 1] per collective")
 
     def layer_steps(self, kind: str) -> list[LayerStep]:
         """The pass's layers in the order it runs them (``kind`` "F" or "B"), comm plans not merged."""
@@ -153,15 +164,17 @@ class ChunkModel:
         if not forward:  # given in the forward's order
             params, names = params[::-1], names[::-1]
         grads = self.grad_layers or ((self.grad_bytes / n,),) * n
+        at = (self.layer_comm_forward_at if forward else self.layer_comm_backward_at) or ((),) * n
         ring = (self.layer_ring_forward if forward else self.layer_ring_backward) or (None,) * n
         wait = (self.layer_ring_wait_forward_s if forward else self.layer_ring_wait_backward_s) or (0.0,) * n
-        return [LayerStep(names[j], times[j], comm[j], params[j], grads[j] if not forward else (), ring[j], wait[j])
-                for j in range(n)]
+        return [LayerStep(names[j], times[j], comm[j], params[j], grads[j] if not forward else (), ring[j], wait[j],
+                          at[j]) for j in range(n)]
 
 
 @dataclass(frozen=True)
 class LayerStep:
-    """One layer of a pass: its compute, then its blocking collectives."""
+    """One layer of a pass: its compute and its blocking collectives, each where it falls in the
+    compute (``comm_at``)."""
 
     name: str
     compute_s: float
@@ -173,6 +186,17 @@ class LayerStep:
     """Context-parallel ring traffic beside the compute."""
     ring_wait_s: float = 0.0
     """What the layer waits for the ring after its compute."""
+    comm_at: tuple[float, ...] = ()
+    """The fraction of the compute each of ``comm`` runs after (empty: all after the compute)."""
+
+    def comm_groups(self) -> list[tuple[float, tuple[CollectivePlan, ...]]]:
+        """The layer's collectives by where they run in its compute: (fraction done, plans there), in
+        order."""
+        at = self.comm_at or (1.0,) * len(self.comm)
+        groups: dict[float, list[CollectivePlan]] = {}
+        for plan, f in zip(self.comm, at):
+            groups.setdefault(f, []).append(plan)
+        return [(f, tuple(groups[f])) for f in sorted(groups)]
 
 
 @dataclass
@@ -333,7 +357,8 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             yield from flow(plan, s, label=label)
 
     # each pass's layers with their collectives merged, per stage, chunk and kind
-    passes = [[{kind: [(step, merged(step.comm)) for step in ch.layer_steps(kind)] for kind in "FB"}
+    passes = [[{kind: [(step, [(f, merged(plans)) for f, plans in step.comm_groups()])
+                       for step in ch.layer_steps(kind)] for kind in "FB"}
                for ch in st.chunks] for st in stages]
     dp_queues = [simpy.Store(env) for _ in range(p)]
     dp_pending = [0] * p
@@ -366,13 +391,16 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
 
     def run_pass(s: int, kind: str, c: int, layers: list, reduce_grads: bool, name: str):
         """Run one forward or backward pass of chunk ``c`` on stage ``s``, layer by layer: ZeRO-3's
-        gather of the layer's weights, its compute, its blocking collectives (beside the compute with
-        ``tp_overlap``), and in the backward ZeRO-3's reduce-scatter of its gradients. ``reduce_grads``
+        gather of the layer's weights, its compute with its blocking collectives where they fall in it
+        (beside the compute with ``tp_overlap``), and in the backward ZeRO-3's reduce-scatter of its
+        gradients. ``reduce_grads``
         (the last micro-batch's backward, ZeRO 0-2): gradient buckets reduce as they fill."""
         zero3 = lp.zero_stage == 3 and lp.dp_plan is not None
 
         def label(what: str, j: int) -> str:
-            return f"{what} {name} {layers[j][0].name}"
+            """``zero3 F0 layer 12``; a layer's own collectives (tensor-, expert- or context-parallel)
+            by their kind alone: ``all_reduce F0 layer 12``."""
+            return " ".join(x for x in (what, name, layers[j][0].name) if x)
 
         gathered: list[simpy.Event] = []
         started: list[simpy.Event] = []
@@ -393,7 +421,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
         collective = "all_reduce" if lp.zero_stage == 0 else "reduce_scatter"
         bucket = 0.0
 
-        for j, (step, comm) in enumerate(layers):
+        for j, (step, groups) in enumerate(layers):
             if zero3:
                 t1 = env.now
                 if gathered:
@@ -405,23 +433,39 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             if step.ring is not None:
                 env.process(flow(step.ring, s, label=label("context ring", j)))
             beside = None
-            if comm and lp.tp_overlap:
+            if groups and lp.tp_overlap:
                 # the collectives run beside the compute, which slows while they hold SMs
-                beside = env.process(flows_in_turn(comm, s, label("tensor parallel, overlapped,", j)))
+                beside = env.process(flows_in_turn(tuple(x for _, plans in groups for x in plans), s,
+                                                   label("overlapped", j)))
+                groups = []
             tensors = step.grad_tensor_bytes
             grads = sum(tensors)
-            t_compute = env.now
+            # the compute runs in pieces: up to each blocking collective inside the layer and, where
+            # buckets fill, up to each weight gradient it finishes (at a steady rate inside the layer)
+            marks: list[tuple[float, int, Any]] = [(f, 1, plans) for f, plans in groups if f < 1.0]
             if reduce_grads and grads > 0:
-                # gradients become ready tensor by tensor (at a steady rate inside the layer); buckets
-                # reduce as they fill
+                finished = 0.0
                 for nbytes in tensors:
-                    yield from compute_for(s, step.compute_s * (nbytes / grads))
-                    bucket += nbytes
+                    finished += nbytes
+                    marks.append((min(1.0, finished / grads), 0, nbytes))
+            marks.sort(key=lambda m: m[:2])
+            t_compute = env.now
+            done = 0.0
+            for f, blocking, what in marks:
+                if f > done:
+                    yield from compute_for(s, step.compute_s * (f - done))
+                    done = f
+                if blocking:
+                    t1 = env.now
+                    yield from flows_in_turn(what, s, label("", j))
+                    stats[s]["comm"] += env.now - t1
+                else:
+                    bucket += what
                     if lp.overlap and bucket >= lp.bucket_bytes:
                         submit(s, lp.dp_plan(collective, bucket), f"gradient bucket {name}")
                         bucket = 0.0
-            else:
-                yield from compute_for(s, step.compute_s)
+            if done < 1.0:
+                yield from compute_for(s, step.compute_s * (1.0 - done))
             if record_spans and step.compute_s > 0:
                 spans.append(Span(stage_track(s, "layers"), f"{name} {step.name}", t_compute, env.now,
                                   (("layer", step.name), ("compute_s", step.compute_s))))
@@ -435,8 +479,9 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             t1 = env.now
             if beside is not None:
                 yield beside
-            elif comm:
-                yield from flows_in_turn(comm, s, label("tensor parallel", j))
+            for f, plans in groups:
+                if f >= 1.0:
+                    yield from flows_in_turn(plans, s, label("", j))
             stats[s]["comm"] += env.now - t1
             if zero3 and kind == "B" and grads > 0:
                 plan = lp.dp_plan("reduce_scatter", grads)
@@ -707,6 +752,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         moe = r.num_experts > 1
         tp_ar = tokens * h * act_bytes
 
+        where = _BlockTimeline(kernels)
+
         def tp_plans(count: int) -> list[CollectivePlan]:
             if t <= 1 or count == 0:
                 return []
@@ -714,46 +761,80 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 return [group_plan("reduce_scatter", tp_ar, t, 1), group_plan("all_gather", tp_ar, t, 1)] * count
             return [group_plan("all_reduce", tp_ar, t, 1)] * count
 
-        def cp_plans(phase: str, count: int) -> list[CollectivePlan]:
-            """The blocking collectives of context parallelism per layer: Ulysses' all-to-alls inside
-            each group (queries, keys and values in, the output out; their gradients the other way in
-            the backward), or the gathered keys and values (gathered again in the backward, their
-            gradients reduce-scattered back to their owners). The backward repeats the forward's where
-            it recomputes attention."""
-            forward: list[CollectivePlan] = []
-            backward: list[CollectivePlan] = []
+        def block_tp(phase: str) -> list[tuple[CollectivePlan, float]]:
+            """A block's tensor-parallel collectives in ``phase`` ("forward", "recompute" or
+            "backward"), each with where in the pass it runs, as Megatron-LM runs them. Each half of
+            the block (attention: QKV then the output projection; MLP: FC1 then FC2) is a
+            column-parallel GEMM then a row-parallel one. Forward: without sequence parallelism an
+            all-reduce after the row-parallel GEMM; with it an all-gather before the column-parallel
+            GEMM and a reduce-scatter after the row-parallel one. Backward (the MLP first): an
+            all-reduce of the column-parallel GEMM's input gradient after it; with sequence
+            parallelism an all-gather before the row-parallel GEMM and a reduce-scatter after the
+            column-parallel one."""
+            if t <= 1:
+                return []
+            halves = (("qkv", "proj"), ("fc1", "fc2"))
+            out: list[tuple[CollectivePlan, float]] = []
+            for column, row in (halves[::-1] if phase == "backward" else halves):
+                if phase == "backward":
+                    out += ([(group_plan("all_gather", tp_ar, t, 1), where.before(phase, row)),
+                             (group_plan("reduce_scatter", tp_ar, t, 1), where.after(phase, column))]
+                            if par.sequence_parallel else [(group_plan("all_reduce", tp_ar, t, 1),
+                                                            where.after(phase, column))])
+                else:
+                    out += ([(group_plan("all_gather", tp_ar, t, 1), where.before(phase, column)),
+                             (group_plan("reduce_scatter", tp_ar, t, 1), where.after(phase, row))]
+                            if par.sequence_parallel else [(group_plan("all_reduce", tp_ar, t, 1),
+                                                            where.after(phase, row))])
+            return out
+
+        def block_cp(phase: str) -> list[tuple[CollectivePlan, float]]:
+            """The blocking collectives of context parallelism in a block's ``phase``, each with where
+            it runs: Ulysses' all-to-alls inside each group around the attention (queries, keys and
+            values in before it, the output out after it; their gradients the other way round in the
+            backward), or the keys and values gathered before the attention (gathered again in the
+            backward, their gradients reduce-scattered back to their owners after it). A recompute
+            of the attention repeats the forward's."""
+            before, after = where.before(phase, "attention"), where.after(phase, "attention")
             if a2a > 1:
                 head_bytes = tokens * r.head_dim * act_bytes
-                forward = [group_plan("all_to_all", head_bytes * (rt.num_heads + 2 * rt.num_kv_heads), a2a, t),
-                           group_plan("all_to_all", head_bytes * rt.num_heads, a2a, t)]
-                backward = forward
-            elif comm == "all_gather":
-                forward = [group_plan("all_gather", kv_bytes * cp, cp, t)]
-                backward = forward + [group_plan("reduce_scatter", kv_bytes * cp, cp, t)]
-            if phase == "forward":
-                return forward * count
-            return (backward + (forward if recomputes_attention else [])) * count
+                qkv = group_plan("all_to_all", head_bytes * (rt.num_heads + 2 * rt.num_kv_heads), a2a, t)
+                out = group_plan("all_to_all", head_bytes * rt.num_heads, a2a, t)
+                return [(out, before), (qkv, after)] if phase == "backward" else [(qkv, before), (out, after)]
+            if comm == "all_gather":
+                gather = (group_plan("all_gather", kv_bytes * cp, cp, t), before)
+                return [gather, (group_plan("reduce_scatter", kv_bytes * cp, cp, t), after)] \
+                    if phase == "backward" else [gather]
+            return []
 
-        def ep_plans(count: int) -> list[CollectivePlan]:
+        def block_ep(phase: str) -> list[tuple[CollectivePlan, float]]:
+            """A mixture-of-experts block's all-to-alls: the tokens to their experts after the
+            dispatch and back before the combine (in the backward their gradients, the other way)."""
             if not moe or e <= 1:
                 return []
-            return [group_plan("all_to_all", tokens * r.top_k * h * act_bytes, e, t)] * count
+            plan = group_plan("all_to_all", tokens * r.top_k * h * act_bytes, e, t)
+            if phase == "backward":
+                return [(plan, where.after(phase, "combine")), (plan, where.before(phase, "dispatch"))]
+            return [(plan, where.after(phase, "dispatch")), (plan, where.before(phase, "combine"))]
 
-        recompute_ar = 2 if spec.activation_checkpointing == "full" else 0
         P = p * v
         per_chunk = r.num_layers // P
         # each block passes its keys and values around the ring beside its attention
         ring_plan_f = hop(ring_bytes_f) if ring_bytes_f else None
         ring_plan_b = hop(ring_bytes_b) if ring_bytes_b else None
-        # each unit's blocking collectives after its forward and after its backward: a block's two
-        # tensor-parallel all-reduces (four with full recompute in the backward), its expert all-to-alls
-        # and context-parallel exchanges; the all-reduce after the vocabulary-parallel embedding, and the
-        # head's in its backward
+        # each unit's blocking collectives in its forward and in its backward, with where they run: a
+        # block's tensor-parallel all-reduces (those of its recompute too, with full checkpointing),
+        # its expert all-to-alls and context-parallel exchanges; the all-reduce after the
+        # vocabulary-parallel embedding, and the head's in its backward
+        backward = block_tp("backward") + block_ep("backward") + block_cp("backward")
+        if spec.activation_checkpointing == "full":
+            backward += block_tp("recompute")
+        if recomputes_attention:
+            backward += block_cp("recompute")
         unit_comm = {
-            "embedding": (tuple(tp_plans(1)), ()),
-            "block": (tuple(tp_plans(2) + ep_plans(2) + cp_plans("forward", 1)),
-                      tuple(tp_plans(2 + recompute_ar) + ep_plans(2) + cp_plans("backward", 1))),
-            "head": ((), tuple(tp_plans(1))),
+            "embedding": ([(x, 1.0) for x in tp_plans(1)], []),
+            "block": (block_tp("forward") + block_ep("forward") + block_cp("forward"), backward),
+            "head": ([], [(x, 1.0) for x in tp_plans(1)]),
         }
 
         def backward_s(unit: str) -> float:
@@ -777,8 +858,10 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 chunks.append(ChunkModel(
                     sum(forward_layer_s), sum(backward_layer_s), len(units),
                     layer_names=tuple(names),
-                    layer_comm_forward=tuple(unit_comm[u][0] for u in units),
-                    layer_comm_backward=tuple(unit_comm[u][1] for u in back),
+                    layer_comm_forward=tuple(tuple(x for x, _ in unit_comm[u][0]) for u in units),
+                    layer_comm_backward=tuple(tuple(x for x, _ in unit_comm[u][1]) for u in back),
+                    layer_comm_forward_at=tuple(tuple(f for _, f in unit_comm[u][0]) for u in units),
+                    layer_comm_backward_at=tuple(tuple(f for _, f in unit_comm[u][1]) for u in back),
                     forward_layer_s=forward_layer_s, backward_layer_s=backward_layer_s,
                     grad_bytes=params * grad_b, param_bytes=params * weight_b,
                     layer_param_bytes=tuple(unit_params[u] * weight_b for u in units),
@@ -840,6 +923,45 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                         "(stage 3 gathers the weights and reduce-scatters the gradients on every micro-batch)")
     stats = run_step(fabric, stages, lp, record_spans=record_spans)
     return _training_result(hardware, workload, stats, n_gpus, m, kernels, warnings, fabric, launch_mode)
+
+
+class _BlockTimeline:
+    """Where a transformer block's collectives fall in its passes, from its kernel records: the
+    fraction of a pass's compute done before or after an op's kernels (ops named as the model
+    builders name them: ``qkv``, ``proj``, ``fc1``, ``fc2``, ``attention``...). The backward pass is
+    the recompute, then the backward, as the step runs them. An op the block lacks puts the
+    collective after the whole pass."""
+
+    ALIASES = {"fc1": ("fc1", "experts_up"), "fc2": ("fc2", "experts_down")}
+    """A mixture-of-experts block's MLP GEMMs are its experts'."""
+
+    def __init__(self, kernels):
+        self.passes: dict[str, list[tuple[str, str, float]]] = {"forward": [], "backward": []}
+        for k in kernels:
+            key = {"forward": "forward", "recompute": "backward", "backward": "backward"}.get(k.phase)
+            if key is not None:
+                op = k.node.split(".")[1] if "." in k.node else k.node
+                self.passes[key].append((k.phase, op, k.time_s + k.launch_gap_s))
+
+    def _matches(self, op: str, name: str) -> bool:
+        if name == "attention":  # the attention core, fused or not, in one or several kernels
+            return op == name or op.startswith("attention_")
+        return op in self.ALIASES.get(name, (name,))
+
+    def _edge(self, phase: str, name: str, after: bool) -> float:
+        seq = self.passes["forward" if phase == "forward" else "backward"]
+        total = sum(x[2] for x in seq)
+        hits = [i for i, (ph, op, _) in enumerate(seq) if ph == phase and self._matches(op, name)]
+        if not hits or total <= 0:
+            return 1.0
+        end = hits[-1] + 1 if after else hits[0]
+        return min(1.0, sum(x[2] for x in seq[:end]) / total)
+
+    def before(self, phase: str, name: str) -> float:
+        return self._edge(phase, name, after=False)
+
+    def after(self, phase: str, name: str) -> float:
+        return self._edge(phase, name, after=True)
 
 
 def _ring_wait_s(kernels, phase: str, hop_s: float) -> float:
