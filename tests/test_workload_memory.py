@@ -132,7 +132,8 @@ def test_a_pipelines_footprint_is_its_fullest_stage(schedule, fullest, in_flight
     layers = T.build_layers(r, precision_policy(w.spec.precision), batch=1, seq_q=r.seq_len, seq_kv=r.seq_len,
                             training=True)
     held = stage_layers(layers, 4)[fullest]
-    per_microbatch = training_activation_bytes(held, fusion=w.spec.fusion, checkpointing="none")
+    per_microbatch, buffer = training_activation_bytes(held, fusion=w.spec.fusion, checkpointing="none")
+    assert buffer == 0
     assert w.memory.activations_bytes == pytest.approx(in_flight * per_microbatch, rel=1e-12)
     # micro-batches given as gradient accumulation hold the same
     if schedule == "1f1b":
@@ -191,6 +192,34 @@ def test_selective_checkpointing_that_saves_almost_nothing_is_flagged():
     unfused = load_workload("gpt2_large_train", ["activation_checkpointing=selective", "fusion=none"])
     assert unfused.notes == ()
     assert load_workload("gpt2_large_train", ["activation_checkpointing=none"]).notes == ()
+
+
+def test_a_pipeline_stage_recomputes_one_layer_at_a_time():
+    """Full checkpointing on the first of 4 stages under 1F1B: 4 micro-batches keep each checkpointed
+    layer's input, and one layer's full activations are rebuilt at a time, for whichever micro-batch
+    runs its backward: the recompute buffer counts once, not once per micro-batch."""
+    items = ["config.num_layers=8", "config.vocab_size=1024", "parallelism.pipeline=4", "batch_size=1",
+             "parallelism.microbatches=16", "activation_checkpointing=full"]  # (a small head: stage 0 is fullest)
+    w = load_workload("llama2_7b_train", items)
+    r = T.resolve(w.spec.model, w.spec.config)
+    layers = T.build_layers(r, precision_policy(w.spec.precision), batch=1, seq_q=r.seq_len, seq_kv=r.seq_len,
+                            training=True)
+    kept, buffer = training_activation_bytes(stage_layers(layers, 4)[0], fusion=w.spec.fusion, checkpointing="full")
+    assert buffer > kept > 0  # a block's activations outweigh its input and the embedding's
+    assert w.memory.pipeline_stage == 0
+    assert w.memory.activations_bytes == pytest.approx(4 * kept + buffer, rel=1e-12)
+
+
+def test_the_last_stage_holds_a_copy_of_tied_embeddings():
+    """GPT-2 ties its output projection to the word embedding; under a pipeline the last stage keeps
+    a copy (Megatron-LM, DeepSpeed): 2 blocks of 19,677,440 parameters, the final norm's 2,560 and
+    50,257 x 1,280 = 64,328,960 embedding weights, in 16-bit weights, 16-bit gradients and 12 bytes of
+    optimizer state each."""
+    w = load_workload("gpt2_large_train", ["config.num_layers=8", "parallelism.pipeline=4", "batch_size=1"])
+    assert w.memory.pipeline_stage == 3
+    params = 2 * 19_677_440 + 2_560 + 50_257 * 1_280
+    assert (w.memory.weights_bytes, w.memory.gradients_bytes, w.memory.optimizer_bytes) == (2 * params, 2 * params,
+                                                                                             12 * params)
 
 
 def test_a_pipelined_servers_footprint_is_its_fullest_stage():

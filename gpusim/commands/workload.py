@@ -105,8 +105,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         print("  " + "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
     m = info["memory"]
     print()
-    pipelined = (info.get("parallelism") or {}).get("pipeline", 1) > 1
-    stage = f" (pipeline stage {m['pipeline_stage']}, the fullest)" if pipelined else ""
+    stage = f" (pipeline stage {m['pipeline_stage']}, the fullest)" if m.get("pipeline_stage") is not None else ""
     print(f"  memory per GPU{stage}: " + ", ".join(f"{label} {_bytes(m[key])}" for key, label in (
         ("weights_bytes", "weights"), ("gradients_bytes", "gradients"), ("optimizer_bytes", "optimizer"),
         ("activations_bytes", "activations"), ("kv_cache_bytes", "KV cache"), ("workspace_bytes", "workspace"))

@@ -674,24 +674,15 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                                          gpus_per_node=_group_per_node(gpn, stride, size))
         return plans[key]
 
-    lm = spec.model in LANGUAGE_MODELS
-    if not lm and (t > 1 or p > 1):
-        raise _error(workload, "parallelism", f"tensor and pipeline parallelism need a transformer model, not "
-                     f"{spec.model}; use data parallelism")
+    lm = spec.model in LANGUAGE_MODELS  # (loading checked that other models have no tensor or pipeline split)
     kernels: tuple = ()
     if lm:
         r = T.resolve(spec.model, spec.config)
-        if r.num_layers % (p * v):
-            raise _error(workload, "parallelism.pipeline", f"{r.num_layers} layers are not divisible by pipeline "
-                         f"{p} x virtual_stages {v}")
         if r.num_experts > 1 and r.num_experts % par.expert:
             raise _error(workload, "parallelism.expert", f"{r.num_experts} experts are not divisible by expert "
                          f"{par.expert}")
         if par.expert > 1 and r.num_experts <= 1:
             raise _error(workload, "parallelism.expert", "expert parallelism needs a mixture-of-experts model")
-        if par.schedule == "interleaved" and m % p:
-            raise _error(workload, "parallelism.microbatches", f"the interleaved schedule needs micro-batches ({m}) "
-                         f"divisible by pipeline {p}")
         rt = dataclasses.replace(r, num_heads=r.num_heads // t, num_kv_heads=max(1, r.num_kv_heads // t),
                                  ffn_hidden_size=math.ceil(r.ffn_hidden_size / t),
                                  vocab_size=math.ceil(r.vocab_size / t))
@@ -1003,7 +994,7 @@ def _memory(workload) -> tuple[dict[str, float], float]:
             "workspace_bytes")
     out = {k: float(getattr(memory, k)) for k in keys}
     out["total_bytes"] = float(memory.total_bytes)
-    if workload.spec.parallelism.pipeline > 1:
+    if memory.pipeline_stage is not None:
         out["pipeline_stage"] = memory.pipeline_stage  # the fullest stage, whose bytes these are
     return out, float(memory.total_bytes)
 

@@ -367,11 +367,13 @@ def forward_nodes(layers: Sequence[Layer], *, fusion: str, phase: str, prefix: s
 
 
 def training_activation_bytes(layers: Sequence[Layer], *, fusion: str, checkpointing: str, tensor: int = 1,
-                              sequence_parallel: bool = True) -> float:
-    """Activation bytes one tensor rank stores in the forward of one micro-batch (see :func:`saved_bytes`).
+                              sequence_parallel: bool = True) -> tuple[float, float]:
+    """(kept, recompute buffer): the activation bytes one tensor rank keeps from the forward of one
+    micro-batch until its backward (see :func:`saved_bytes`), and those it holds only while a layer
+    is recomputed (the same for every micro-batch, needed once at a time).
 
-    ``full``: each checkpointable layer keeps only its input, plus the full activations of one layer
-    while it is recomputed; ``selective``: the recompute groups (the attention core) keep only their
+    ``full``: each checkpointable layer keeps only its input, and one layer's full activations are
+    the recompute buffer; ``selective``: the recompute groups (the attention core) keep only their
     inputs. Tensor parallelism over ``tensor`` ranks splits them all with ``sequence_parallel``;
     without it the norms' inputs, the column-parallel GEMMs' input, the dropout masks on the hidden
     state and a checkpointed layer's input stay whole on every rank
@@ -395,11 +397,11 @@ def training_activation_bytes(layers: Sequence[Layer], *, fusion: str, checkpoin
             kept = selective if checkpointing == "selective" else full
             split += kept - replicated
             whole += replicated
-    split += largest_recomputed[0]
-    whole += largest_recomputed[1]
-    if sequence_parallel:
-        return (split + whole) / tensor
-    return split / tensor + whole
+
+    def per_rank(split_bytes: float, whole_bytes: float) -> float:
+        return (split_bytes + whole_bytes) / tensor if sequence_parallel else split_bytes / tensor + whole_bytes
+
+    return per_rank(split, whole), per_rank(*largest_recomputed)
 
 
 def inference_activation_bytes(layers: Sequence[Layer], fusion: str) -> float:

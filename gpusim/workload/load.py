@@ -283,10 +283,17 @@ def _check_parallelism(spec: ModelWorkloadSpec, r: T.Resolved | None, num_layers
         raise ModelError("parallelism.tensor", f"num_heads {r.num_heads} is not divisible by tensor {par.tensor}")
     if par.pipeline > num_layers:
         raise ModelError("parallelism.pipeline", f"pipeline {par.pipeline} is larger than the {num_layers} layers")
+    if r is None and (par.tensor > 1 or par.pipeline > 1):
+        raise ModelError("parallelism", f"tensor and pipeline parallelism need a transformer model, not {spec.model}; "
+                         "use data parallelism")
     if r is not None and num_layers % (par.pipeline * par.virtual_stages):
         # every stage holds as many blocks (the step engine and the per-stage memory need it)
         raise ModelError("parallelism.pipeline", f"{num_layers} layers are not divisible by pipeline {par.pipeline}"
                          f" x virtual_stages {par.virtual_stages}")
+    m = par.microbatches or spec.gradient_accumulation_steps
+    if r is not None and par.schedule == "interleaved" and m % par.pipeline:
+        raise ModelError("parallelism.microbatches", f"the interleaved schedule needs micro-batches ({m}) divisible "
+                         f"by pipeline {par.pipeline}")
     c = par.context
     if c > 1:
         if r is None:
@@ -380,6 +387,9 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
 
     # memory
     from gpusim.workload.ops import OptimizerUpdate, dtype_bytes
+    # a library workspace and the largest output a kernel writes (the whole model's, on every stage)
+    largest_output = max((n.op.bytes_written() for n in graph.nodes if n.phase != "optimizer"), default=0.0)
+    workspace = LIBRARY_WORKSPACE_BYTES + largest_output / par.tensor
     if training:
         state = OptimizerUpdate(num_parameters=1, optimizer=spec.optimizer_name, dtype=p.weight_dtype,
                                 master_weights=p.master_weights).state_bytes_per_parameter()
@@ -387,21 +397,25 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
         # them over the data-parallel GPUs that hold the same experts (data / expert):
         # (expert split, ZeRO group) of the dense weights and of the experts'
         sharding = {False: (1, par.data * par.context), True: (par.expert, par.data // par.expert)}
-        largest_output = max((n.op.bytes_written() for n in graph.nodes if n.phase != "optimizer"), default=0.0)
-        workspace = LIBRARY_WORKSPACE_BYTES + largest_output / par.tensor
 
-        def activations_of(held: Sequence, checkpointing: str) -> float:
-            return training_activation_bytes(held, fusion=spec.fusion, checkpointing=checkpointing,
-                                             tensor=par.tensor, sequence_parallel=par.sequence_parallel)
+        def activations_of(held: Sequence, checkpointing: str) -> tuple[float, float]:
+            """(kept, recompute buffer) bytes of one micro-batch through ``held`` on this GPU."""
+            kept, buffer = training_activation_bytes(held, fusion=spec.fusion, checkpointing=checkpointing,
+                                                     tensor=par.tensor, sequence_parallel=par.sequence_parallel)
+            return kept / par.context, buffer / par.context
 
         def stage_footprint(stage: int, held: Sequence) -> MemoryFootprint:
             expert_params = sum(f.num_parameters for layer in held for f in layer.ops if f.expert)
+            dense_params = sum(layer.num_parameters() for layer in held) - expert_params
+            if r is not None and r.tied_embeddings and par.pipeline > 1 and stage == par.pipeline - 1:
+                # the head's weights are the embedding's, which another stage holds: Megatron-LM and
+                # DeepSpeed keep a copy on the last stage, with its own gradients and optimizer state
+                dense_params += r.vocab_size * r.hidden_size
             states = [model_states(
                 n, training=True, weight_bytes=dtype_bytes(p.weight_dtype), grad_bytes=dtype_bytes(p.grad_dtype),
                 optimizer_state_bytes=state, tensor=par.tensor * sharding[expert][0],
                 data=sharding[expert][1], zero_stage=par.zero_stage)
-                for n, expert in ((sum(layer.num_parameters() for layer in held) - expert_params, False),
-                                  (expert_params, True))]
+                for n, expert in ((dense_params, False), (expert_params, True))]
             weights, grads, optim = (sum(parts) for parts in zip(*states))
             if par.zero_stage >= 3:
                 # FSDP / ZeRO-3 holds whole the layer it runs and, overlapped, the one it prefetches; and a
@@ -416,8 +430,10 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
                 grads += held_layers * largest * dtype_bytes(par.grad_reduce_dtype or p.grad_dtype)
             in_flight = pipeline_microbatches_in_flight(par.schedule, par.pipeline, par.microbatches or ga,
                                                         par.virtual_stages, stage)
-            activations = activations_of(held, spec.activation_checkpointing) / par.context * in_flight
-            return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace, pipeline_stage=stage)
+            kept, buffer = activations_of(held, spec.activation_checkpointing)
+            activations = kept * in_flight + buffer  # one layer is recomputed at a time
+            return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace,
+                                   pipeline_stage=stage if par.pipeline > 1 else None)
 
         # each pipeline stage holds its own layers (the first the embedding, the last the head) and the
         # micro-batches its schedule keeps in flight; the footprint is the largest stage's
@@ -425,22 +441,21 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
         memory = max((stage_footprint(s, held) for s, held in enumerate(held_by_stage)),
                      key=lambda f: f.total_bytes)
         if spec.activation_checkpointing == "selective":
-            kept_all = activations_of(layers, "none")
-            saved = kept_all - activations_of(layers, "selective")
+            kept_all = sum(activations_of(layers, "none"))
+            saved = kept_all - sum(activations_of(layers, "selective"))
             if kept_all > 0 and saved < SELECTIVE_WORTHWHILE_FRACTION * kept_all:
                 notes.append(f"selective checkpointing saves {saved / kept_all:.1%} of the "
                              "activations here (a fused attention kernel keeps only Q, K, V and its statistics) "
                              "and still recomputes the attention core")
     else:
-        largest_output = max((n.op.bytes_written() for n in graph.nodes), default=0.0)
-        workspace = LIBRARY_WORKSPACE_BYTES + largest_output / par.tensor
 
         def serving_footprint(stage: int, held: Sequence) -> MemoryFootprint:
             weights, grads, optim = model_states(sum(layer.num_parameters() for layer in held), training=False,
                                                  weight_bytes=dtype_bytes(p.inference_weight_dtype),
                                                  grad_bytes=0, optimizer_state_bytes=0, tensor=par.tensor)
             activations = inference_activation_bytes(held, spec.fusion) / par.tensor
-            return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace, pipeline_stage=stage)
+            return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace,
+                                   pipeline_stage=stage if par.pipeline > 1 else None)
 
         # each pipeline stage holds its own layers' weights and its blocks' share of the KV cache
         held_by_stage = stage_layers(layers, par.pipeline) if r is not None else [layers]

@@ -7,8 +7,8 @@ Model states per parameter (Rajbhandari et al. 2020, "ZeRO", section 3.1): mixed
 a library workspace (cuBLAS) plus the largest single output a kernel writes that is not counted
 elsewhere.
 
-Sharding with a parallel layout: tensor (t) and pipeline (p) parallelism split the model states over
-t*p GPUs; ZeRO stage 1/2/3 further splits optimizer states / + gradients / + weights over the data-
+Sharding with a parallel layout: tensor (t) parallelism splits a pipeline stage's model states over t
+GPUs; ZeRO stage 1/2/3 further splits optimizer states / + gradients / + weights over the data-
 parallel GPUs. Activations are split over t (with sequence parallelism all of them; without it the
 norms' inputs, the column-parallel GEMMs' input and the dropout masks stay whole on every rank,
 Korthikanti et al. 2022) and over the context-parallel GPUs c, each of which holds 1/c of every
@@ -40,8 +40,8 @@ class MemoryFootprint:
     activations_bytes: float
     kv_cache_bytes: float
     workspace_bytes: float
-    pipeline_stage: int = 0
-    """The pipeline stage these bytes are on: the one that needs most (0 without a pipeline)."""
+    pipeline_stage: int | None = None
+    """The pipeline stage these bytes are on: the one that needs most (None without a pipeline)."""
 
     @property
     def total_bytes(self) -> float:
@@ -96,15 +96,14 @@ def stage_layers(layers: Sequence[Layer], stages: int, virtual_stages: int = 1) 
 
 
 def model_states(num_parameters: int, *, training: bool, weight_bytes: float, grad_bytes: float,
-                 optimizer_state_bytes: float, tensor: int = 1, pipeline: int = 1, data: int = 1,
+                 optimizer_state_bytes: float, tensor: int = 1, data: int = 1,
                  zero_stage: int = 0) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes per GPU."""
-    model_split = tensor * pipeline
-    weights = num_parameters * weight_bytes / model_split
+    """(weights, gradients, optimizer) bytes per GPU of ``num_parameters`` (a pipeline stage's)."""
+    weights = num_parameters * weight_bytes / tensor
     if not training:
         return weights, 0.0, 0.0
-    grads = num_parameters * grad_bytes / model_split
-    optim = num_parameters * optimizer_state_bytes / model_split
+    grads = num_parameters * grad_bytes / tensor
+    optim = num_parameters * optimizer_state_bytes / tensor
     if zero_stage >= 1:
         optim /= data
     if zero_stage >= 2:
