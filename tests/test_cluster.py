@@ -434,3 +434,27 @@ def test_gradient_buckets_leave_when_their_layers_backward_ends():
     starts = sorted(s.start_s for s in stats.spans if s.name.startswith("all_reduce grad"))
     assert starts == pytest.approx([2.5, 3.0])
     assert stats.step_s == pytest.approx(3.1)
+
+
+def test_tied_embedding_copies_meet_after_the_backward():
+    # Two stages of 1 s forward and 1 s backward, one micro-batch: stage 1's backward ends at 3 s,
+    # stage 0's at 4 s; the last stage's copy of a tied embedding waits for the first stage's (1 s of
+    # bubble), then both all-reduce the copies' gradients (0.2 s) before the optimizer: a 4.2 s step
+    tied = _per_gb_plan(0.2)("all_reduce", 1e9)
+    stages = [StageModel([ChunkModel(1.0, 1.0, 1)]) for _ in range(2)]
+    stats = run_step(None, stages, LayoutPlan("1f1b", 2, 1, 1, tied_plan=tied), record_spans=True)
+    assert stats.step_s == pytest.approx(4.2)
+    assert stats.exposed_comm_s == pytest.approx(0.2)
+    assert stats.bubble_s == pytest.approx(2.0)  # stage 0 waits 1-3 s for its backward, stage 1 0-1 and 3-4 s
+    spans = sorted((s.track, s.start_s, s.end_s) for s in stats.spans if "tied" in s.name)
+    assert spans == [("stage 0 NVLink port", pytest.approx(4.0), pytest.approx(4.2)),
+                     ("stage 1 NVLink port", pytest.approx(4.0), pytest.approx(4.2))]
+
+
+@pytest.mark.parametrize("workload, tied", [("gpt2_large_train", True), ("llama2_7b_train", False)])
+def test_a_pipelined_model_with_tied_embeddings_reduces_their_copies(workload, tied):
+    # GPT-2 ties its head to its embedding, Llama 2 does not
+    w = load_workload(workload, ["config.num_layers=4", "batch_size=1", "parallelism.pipeline=2"])
+    r = simulate_system(load_hardware("dgx_h100"), w, record_spans=True)
+    reduced = {s.track for s in r.spans if s.name == "all_reduce tied embedding gradients"}
+    assert reduced == ({"stage 0 NVLink port", "stage 1 NVLink port"} if tied else set())

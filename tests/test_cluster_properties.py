@@ -18,22 +18,27 @@ def _plan(collective: str, nbytes: float, intra: bool, nic: bool) -> CollectiveP
 
 
 layer = st.tuples(st.floats(0.0, 1e-2), st.floats(0.0, 2e-2),  # forward and backward compute
-                  st.lists(st.tuples(st.floats(1e4, 1e9), st.booleans(), st.booleans()), max_size=2),  # collectives
+                  # collectives: bytes, on NVLink, on the network, where in the layer's compute
+                  st.lists(st.tuples(st.floats(1e4, 1e9), st.booleans(), st.booleans(), st.floats(0.0, 1.0)),
+                           max_size=2),
                   st.floats(0.0, 1e9))  # parameter (and gradient) bytes
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 3), st.integers(1, 4), st.lists(layer, min_size=1, max_size=3), st.sampled_from([0, 1, 3]),
-       st.booleans(), st.booleans(), st.booleans(), st.floats(0.0, 1e9), st.sampled_from([0.0, 0.25]))
+       st.booleans(), st.booleans(), st.booleans(), st.floats(0.0, 1e9), st.sampled_from([0.0, 0.25]),
+       st.booleans())
 def test_a_steps_time_splits_into_compute_communication_bubble_and_optimizer(
-        p, m, layers, zero_stage, overlap, tp_overlap, p2p_overlap, send_bytes, sm_fraction):
+        p, m, layers, zero_stage, overlap, tp_overlap, p2p_overlap, send_bytes, sm_fraction, tied):
     fabric = dataclasses.replace(fabric_of(load_hardware("dgx_h100")), intra_port_bytes_per_s=RATE,
                                  nic_port_bytes_per_s=RATE, collective_sm_fraction=sm_fraction)
-    comm = tuple(tuple(_plan("all_reduce", n, intra, nic) for n, intra, nic in c) for _, _, c, _ in layers)
+    comm = tuple(tuple(_plan("all_reduce", n, intra, nic) for n, intra, nic, _ in c) for _, _, c, _ in layers)
+    at = tuple(tuple(f for *_, f in c) for _, _, c, _ in layers)
     chunk = ChunkModel(sum(f for f, _, _, _ in layers), sum(b for _, b, _, _ in layers), len(layers),
                        forward_layer_s=tuple(f for f, _, _, _ in layers),
                        backward_layer_s=tuple(b for _, b, _, _ in reversed(layers)),
                        layer_comm_forward=comm, layer_comm_backward=comm[::-1],
+                       layer_comm_forward_at=at, layer_comm_backward_at=at[::-1],
                        grad_bytes=sum(w for *_, w in layers), param_bytes=sum(w for *_, w in layers),
                        layer_param_bytes=tuple(w for *_, w in layers),
                        grad_layers=tuple((w,) for *_, w in reversed(layers)), send_bytes=send_bytes)
@@ -41,7 +46,8 @@ def test_a_steps_time_splits_into_compute_communication_bubble_and_optimizer(
     lp = LayoutPlan("1f1b", p, m, 1, zero_stage=zero_stage, overlap=overlap, tp_overlap=tp_overlap,
                     p2p_overlap=p2p_overlap, bucket_bytes=2.5e8,
                     dp_plan=lambda collective, nbytes: _plan(collective, nbytes, True, False),
-                    p2p_plan=lambda nbytes, src, dst: _plan("send_recv", nbytes, True, False))
+                    p2p_plan=lambda nbytes, src, dst: _plan("send_recv", nbytes, True, False),
+                    tied_plan=_plan("all_reduce", 1e8, False, True) if tied else None)
     stats = run_step(fabric, stages, lp, record_spans=True)
     # every second of every stage is compute, exposed communication, bubble or optimizer
     parts = stats.compute_s + stats.exposed_comm_s + stats.bubble_s + stats.optimizer_s

@@ -221,6 +221,10 @@ class LayoutPlan:
     bucket_bytes: float = 25e6
     dp_plan: Any = None  # callable(collective, bytes) -> CollectivePlan over the data-parallel group
     p2p_plan: Any = None  # callable(bytes, from stage, to stage) -> CollectivePlan of a send between stages
+    tied_plan: Any = None
+    """The all-reduce of tied embedding gradients between the first and the last stage, which each
+    hold a copy (Megatron-LM's embedding group), after their gradients are reduced and before the
+    optimizer; None: no such copy."""
 
 
 @dataclass
@@ -551,6 +555,15 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
         yield dp_idle[s]
         stats[s]["comm"] += env.now - t0
         dp_queues[s].put(None)
+        if lp.tied_plan is not None and s in tied_ready:
+            # the two ends of the embedding group meet, then all-reduce the copies' gradients
+            tied_ready[s].succeed()
+            t0 = env.now
+            yield env.all_of(list(tied_ready.values()))
+            stats[s]["bubble"] += env.now - t0
+            t0 = env.now
+            yield from flow(lp.tied_plan, s, label="tied embedding gradients")
+            stats[s]["comm"] += env.now - t0
         t0 = env.now
         yield env.timeout(st.optimizer_s)
         stats[s]["optimizer"] += env.now - t0
@@ -558,6 +571,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             spans.append(Span(stage_track(s, "compute"), "optimizer", t0, env.now))
         stats[s]["end"] = env.now
 
+    tied_ready = {s: env.event() for s in (0, p - 1)} if p > 1 else {}
     for s in range(p):
         env.process(dp_stream(s))
         env.process(stage_proc(s))
@@ -706,6 +720,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         if e > 1:
             layers = tuple(_expert_shard(layer, e, Matmul) for layer in layers)
         units = {"embedding": layers[0], "block": layers[1], "head": layers[-1]}
+        # a tied head under a pipeline: the last stage keeps its own copy of the embedding
+        tied = float(rt.vocab_size * r.hidden_size) if r.tied_embeddings and p > 1 else 0.0
         unit_times: dict[str, dict[str, float]] = {}
         unit_params: dict[str, float] = {}
         unit_tensors: dict[str, tuple[float, ...]] = {}
@@ -715,8 +731,14 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             nodes = [dataclasses.replace(n, repeat=1) if n.phase != "optimizer" else n for n in nodes]
             unit_times[key], res = _phase_times(hardware, nodes, f"{workload.name}.{key}", spec, launch_mode)
             unit_params[key] = float(layer.num_parameters())
+            if key == "head" and tied:
+                # the last stage's copy of the embedding (this rank's vocabulary share), trained as
+                # its own weight and kept equal by an all-reduce of the two copies' gradients
+                unit_params[key] += tied
             # the unit's weight tensors, last first: the backward finishes their gradients in that order
             unit_tensors[key] = tuple(float(f.num_parameters) for f in reversed(layer.ops) if f.num_parameters > 0)
+            if key == "head" and tied:
+                unit_tensors[key] = (tied,) + unit_tensors[key]  # the logits' weight gradient comes first
             if key == "block":
                 kernels = res.kernels
         h = r.hidden_size
@@ -901,6 +923,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         # the gradient reduction and ZeRO sharding span every GPU holding the same weights
         dp_plan=(lambda coll, nbytes: group_plan(coll, nbytes, d * cp, t)) if d * cp > 1 else None,
         p2p_plan=stage_send if p > 1 else None,
+        tied_plan=plan_collective("all_reduce", tied * grad_b, 2, fabric,
+                                  gpus_per_node=2 if (p - 1) * pp_stride < gpn else 1) if lm and tied else None,
     )
     if lm and par.zero_stage == 3 and d * cp == 1:
         warnings.append("zero_stage 3 with data 1 shards nothing")
