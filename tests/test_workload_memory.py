@@ -232,3 +232,21 @@ def test_a_pipelined_servers_footprint_is_its_fullest_stage():
     assert staged.weights_bytes == (8 * 202_383_360 + 32_000 * 4_096 + 4_096) * 2
     assert staged.kv_cache_bytes == whole.kv_cache_bytes / 4
     assert staged.activations_bytes == whole.activations_bytes  # the head's logits, on the last stage
+
+
+def test_in_flight_micro_batches_match_the_step_engines_schedule():
+    """The memory model's count of micro-batches a stage holds at its peak is what replaying the step
+    engine's order of forwards and backwards on that stage gives (chunks of equal size)."""
+    from gpusim.engine.cluster import pipeline_order
+
+    for schedule, chunks in (("1f1b", (1,)), ("gpipe", (1,)), ("interleaved", (2, 3))):
+        for p in range(2, 6):
+            for v in chunks:
+                for m in range(p, 3 * p + 1, p):
+                    for s in range(p):
+                        live = peak = 0
+                        for kind, _, _ in pipeline_order(schedule, p, m, s, v):
+                            live += 1 if kind == "F" else -1
+                            peak = max(peak, live)
+                        assert pipeline_microbatches_in_flight(schedule, p, m, v, s) == pytest.approx(peak / v), \
+                            (schedule, p, v, m, s)
