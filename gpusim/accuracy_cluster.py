@@ -158,7 +158,9 @@ def _training_workload(case):
         if kind == "dp":
             items += [f"batch_size={batch // 4}", "parallelism.data=4"]
         elif kind == "tp":
-            items += [f"batch_size={batch}", "parallelism.tensor=4"]
+            # PyTorch 2.1's tensor parallelism: the input gradient's all-reduce is an autograd step of
+            # its own after the layer's backward, none beside the weight gradient
+            items += [f"batch_size={batch}", "parallelism.tensor=4", "parallelism.tp_wgrad_overlap=false"]
         else:
             # the NeuSight pipeline runs the global batch as one micro-batch through 4 stages (GPipe)
             items += [f"batch_size={batch}", "parallelism.pipeline=4", "parallelism.schedule=gpipe"]
@@ -186,7 +188,11 @@ def _training_workload(case):
                  "fusion=megatron", f"parallelism.tensor={t}", f"parallelism.pipeline={p}", f"parallelism.data={d}",
                  f"parallelism.zero_stage={3 if par == 'ZERO-3' else 0}",
                  f"parallelism.sequence_parallel={str('SP' in par.split()).lower()}",
-                 "parallelism.overlap_communication=false"]
+                 "parallelism.overlap_communication=false",
+                 # the input-gradient all-reduce beside the weight gradient came to Megatron-LM late in
+                 # 2021, after the 2021 paper's runs and Megatron-DeepSpeed's fork for MT-NLG; the 2022
+                 # paper's sequence parallelism has it
+                 f"parallelism.tp_wgrad_overlap={str(case.case_id.startswith('korthikanti2022_')).lower()}"]
         items += _micro_batch_items(p, v, m)
         return "dgx_a100", [("num_nodes", max(1, n // 8))], "gpt2_large_train", items
     if case.case_id.startswith("torchtitan_") and case.model in LLAMA_GPT_MODELS and par == "FSDP" and n \

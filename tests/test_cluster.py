@@ -359,6 +359,17 @@ def test_collectives_run_where_their_layer_places_them():
     layer = next(s for s in stats.spans if s.track == "stage 0 layers")
     assert (layer.start_s, layer.end_s) == pytest.approx((0.0, 1.1))
     assert stats.step_s == pytest.approx(1.2) and stats.exposed_comm_s == pytest.approx(0.2)
+    # one that starts after 40% and may run beside the compute until 80% of it: hidden when it takes
+    # 0.1 s; when it takes 0.6 s (0.4-1.0 s) the compute waits for it at 0.8 s, 0.2 s exposed
+    for seconds, step_s in ((0.1, 1.0), (0.6, 1.2)):
+        beside = _per_gb_plan(seconds)("all_reduce", 1e9)
+        chunk = ChunkModel(1.0, 0.0, 1, layer_comm_forward=((beside,),), layer_comm_forward_at=((0.4,),),
+                           layer_comm_forward_until=((0.8,),))
+        stats = run_step(None, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1))
+        assert stats.step_s == pytest.approx(step_s) and stats.exposed_comm_s == pytest.approx(step_s - 1.0)
+    with pytest.raises(ValueError):
+        ChunkModel(1.0, 0.0, 1, layer_comm_forward=((plan,),), layer_comm_forward_at=((0.4,),),
+                   layer_comm_forward_until=((0.2,),))
     with pytest.raises(ValueError):
         ChunkModel(1.0, 0.0, 1, layer_comm_forward=((plan, plan),), layer_comm_forward_at=((0.4,),))
     with pytest.raises(ValueError):
@@ -458,3 +469,37 @@ def test_a_pipelined_model_with_tied_embeddings_reduces_their_copies(workload, t
     r = simulate_system(load_hardware("dgx_h100"), w, record_spans=True)
     reduced = {s.track for s in r.spans if s.name == "all_reduce tied embedding gradients"}
     assert reduced == ({"stage 0 NVLink port", "stage 1 NVLink port"} if tied else set())
+
+
+@pytest.mark.parametrize("workload, items", [
+    ("llama2_7b_train", ["parallelism.tensor=2", "activation_checkpointing=full"]),
+    ("llama2_7b_train", ["parallelism.tensor=2", "parallelism.sequence_parallel=true", "fusion=megatron"]),
+    ("llama2_7b_train", ["parallelism.tensor=2", "fusion=none", "activation_checkpointing=selective"]),
+    ("llama2_7b_train", ["parallelism.context=2", "parallelism.context_comm=a2a"]),
+    ("llama2_7b_train", ["parallelism.context=2", "parallelism.context_comm=all_gather",
+                         "activation_checkpointing=selective"]),
+    ("gpt2_large_train", ["parallelism.tensor=2", "parallelism.pipeline=2", "fusion=none"]),
+    ("bert_large_train", ["parallelism.tensor=2", "parallelism.sequence_parallel=true"]),
+    ("mixtral_8x7b_train", ["parallelism.tensor=2", "parallelism.data=4", "parallelism.expert=4",
+                            "activation_checkpointing=full"]),
+])
+def test_every_built_in_block_places_its_collectives(workload, items):
+    # each collective finds the GEMM or attention it follows or precedes in the block's kernels
+    w = load_workload(workload, ["config.num_layers=2", "batch_size=1"] + items)
+    r = simulate_system(load_hardware("dgx_h100"), w)
+    assert not [x for x in r.warnings if "has no kernels named" in x]
+
+
+def test_the_input_gradients_all_reduce_runs_beside_the_weight_gradient():
+    # Megatron-LM's backward: FC1's input-gradient all-reduce starts when FC1's data gradient is done
+    # and runs beside its weight-gradient GEMM; PyTorch's own tensor parallelism runs it after both
+    runs = {}
+    for overlap in (True, False):
+        w = load_workload("llama2_7b_train", ["config.num_layers=2", "parallelism.tensor=2",
+                                              f"parallelism.tp_wgrad_overlap={str(overlap).lower()}"])
+        r = simulate_system(load_hardware("dgx_h100"), w, record_spans=True)
+        first = min((s for s in r.spans if s.track == "stage 0 NVLink port" and s.name == "all_reduce B0 layer 1"),
+                    key=lambda s: s.start_s)
+        runs[overlap] = (first.start_s, r.time_breakdown_s["exposed_communication"], r.step_time_s)
+    assert runs[True][0] < runs[False][0]  # it starts before the weight gradient ends
+    assert runs[True][1] < runs[False][1] and runs[True][2] < runs[False][2]  # and less of it is exposed

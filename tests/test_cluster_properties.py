@@ -34,11 +34,13 @@ def test_a_steps_time_splits_into_compute_communication_bubble_and_optimizer(
                                  nic_port_bytes_per_s=RATE, collective_sm_fraction=sm_fraction)
     comm = tuple(tuple(_plan("all_reduce", n, intra, nic) for n, intra, nic, _ in c) for _, _, c, _ in layers)
     at = tuple(tuple(f for *_, f in c) for _, _, c, _ in layers)
+    until = tuple(tuple(min(1.0, f + n / 1e10) for n, *_, f in c) for _, _, c, _ in layers)  # some beside
     chunk = ChunkModel(sum(f for f, _, _, _ in layers), sum(b for _, b, _, _ in layers), len(layers),
                        forward_layer_s=tuple(f for f, _, _, _ in layers),
                        backward_layer_s=tuple(b for _, b, _, _ in reversed(layers)),
                        layer_comm_forward=comm, layer_comm_backward=comm[::-1],
                        layer_comm_forward_at=at, layer_comm_backward_at=at[::-1],
+                       layer_comm_forward_until=until, layer_comm_backward_until=until[::-1],
                        grad_bytes=sum(w for *_, w in layers), param_bytes=sum(w for *_, w in layers),
                        layer_param_bytes=tuple(w for *_, w in layers),
                        grad_layers=tuple((w,) for *_, w in reversed(layers)), send_bytes=send_bytes)

@@ -107,6 +107,12 @@ class ChunkModel:
     attention, the second after its MLP). Empty: all after the compute."""
     layer_comm_backward_at: tuple[tuple[float, ...], ...] = ()
     """The same for the backward."""
+    layer_comm_forward_until: tuple[tuple[float, ...], ...] = ()
+    """Where in the compute each collective must have ended: one that starts at ``at`` and may end
+    by a later point runs beside the compute between them (Megatron-LM's input-gradient all-reduce
+    beside the weight-gradient GEMM). Empty: each ends where it starts, holding the compute."""
+    layer_comm_backward_until: tuple[tuple[float, ...], ...] = ()
+    """The same for the backward."""
     forward_layer_s: tuple[float, ...] = ()
     """Each layer's forward compute in the forward's order. Empty: ``forward_s`` split evenly."""
     backward_layer_s: tuple[float, ...] = ()
@@ -144,13 +150,19 @@ class ChunkModel:
         for name in ("layer_comm_forward", "layer_comm_backward", "forward_layer_s", "backward_layer_s",
                      "layer_param_bytes", "grad_layers", "layer_names", "layer_ring_forward",
                      "layer_ring_backward", "layer_ring_wait_forward_s", "layer_ring_wait_backward_s",
-                     "layer_comm_forward_at", "layer_comm_backward_at"):
+                     "layer_comm_forward_at", "layer_comm_backward_at", "layer_comm_forward_until",
+                     "layer_comm_backward_until"):
             if getattr(self, name) and len(getattr(self, name)) != n:
                 raise ValueError(f"ChunkModel.{name} has {len(getattr(self, name))} entries for {n} layers")
-        for comm, at in ((self.layer_comm_forward, self.layer_comm_forward_at),
-                         (self.layer_comm_backward, self.layer_comm_backward_at)):
-            if at and ([len(x) for x in at] != [len(x) for x in comm] or not all(0 <= f <= 1 for x in at for f in x)):
-                raise ValueError("ChunkModel's collective positions must be one fraction in [0, 1] per collective")
+        for comm, at, until in ((self.layer_comm_forward, self.layer_comm_forward_at, self.layer_comm_forward_until),
+                                (self.layer_comm_backward, self.layer_comm_backward_at,
+                                 self.layer_comm_backward_until)):
+            for pos in (at, until):
+                if pos and ([len(x) for x in pos] != [len(x) for x in comm]
+                            or not all(0 <= f <= 1 for x in pos for f in x)):
+                    raise ValueError("ChunkModel's collective positions must be one fraction in [0, 1] per collective")
+            if at and until and any(b < a for xa, xb in zip(at, until) for a, b in zip(xa, xb)):
+                raise ValueError("a collective cannot have to end before it starts")
 
     def layer_steps(self, kind: str) -> list[LayerStep]:
         """The pass's layers in the order it runs them (``kind`` "F" or "B"), comm plans not merged."""
@@ -165,10 +177,11 @@ class ChunkModel:
             params, names = params[::-1], names[::-1]
         grads = self.grad_layers or ((self.grad_bytes / n,),) * n
         at = (self.layer_comm_forward_at if forward else self.layer_comm_backward_at) or ((),) * n
+        until = (self.layer_comm_forward_until if forward else self.layer_comm_backward_until) or ((),) * n
         ring = (self.layer_ring_forward if forward else self.layer_ring_backward) or (None,) * n
         wait = (self.layer_ring_wait_forward_s if forward else self.layer_ring_wait_backward_s) or (0.0,) * n
         return [LayerStep(names[j], times[j], comm[j], params[j], grads[j] if not forward else (), ring[j], wait[j],
-                          at[j]) for j in range(n)]
+                          at[j], until[j]) for j in range(n)]
 
 
 @dataclass(frozen=True)
@@ -187,16 +200,19 @@ class LayerStep:
     ring_wait_s: float = 0.0
     """What the layer waits for the ring after its compute."""
     comm_at: tuple[float, ...] = ()
-    """The fraction of the compute each of ``comm`` runs after (empty: all after the compute)."""
+    """The fraction of the compute each of ``comm`` starts after (empty: all after the compute)."""
+    comm_until: tuple[float, ...] = ()
+    """The fraction of the compute by which each must have ended (empty: where it starts)."""
 
-    def comm_groups(self) -> list[tuple[float, tuple[CollectivePlan, ...]]]:
-        """The layer's collectives by where they run in its compute: (fraction done, plans there), in
-        order."""
+    def comm_groups(self) -> list[tuple[float, float, tuple[CollectivePlan, ...]]]:
+        """The layer's collectives by where they run in its compute: (fraction done when they start,
+        fraction by which they must end, plans), in order."""
         at = self.comm_at or (1.0,) * len(self.comm)
-        groups: dict[float, list[CollectivePlan]] = {}
-        for plan, f in zip(self.comm, at):
-            groups.setdefault(f, []).append(plan)
-        return [(f, tuple(groups[f])) for f in sorted(groups)]
+        until = self.comm_until or at
+        groups: dict[tuple[float, float], list[CollectivePlan]] = {}
+        for plan, a, b in zip(self.comm, at, until):
+            groups.setdefault((a, b), []).append(plan)
+        return [(a, b, tuple(groups[a, b])) for a, b in sorted(groups)]
 
 
 @dataclass
@@ -361,7 +377,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             yield from flow(plan, s, label=label)
 
     # each pass's layers with their collectives merged, per stage, chunk and kind
-    passes = [[{kind: [(step, [(f, merged(plans)) for f, plans in step.comm_groups()])
+    passes = [[{kind: [(step, [(a, b, merged(plans)) for a, b, plans in step.comm_groups()])
                        for step in ch.layer_steps(kind)] for kind in "FB"}
                for ch in st.chunks] for st in stages]
     dp_queues = [simpy.Store(env) for _ in range(p)]
@@ -436,33 +452,55 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 stats[s]["comm"] += env.now - t1
             if step.ring is not None:
                 env.process(flow(step.ring, s, label=label("context ring", j)))
-            beside = None
+            beside = []
             if groups and lp.tp_overlap:
                 # the collectives run beside the compute, which slows while they hold SMs
-                beside = env.process(flows_in_turn(tuple(x for _, plans in groups for x in plans), s,
-                                                   label("overlapped", j)))
+                beside.append(env.process(flows_in_turn(tuple(x for *_, plans in groups for x in plans), s,
+                                                        label("overlapped", j))))
                 groups = []
             tensors = step.grad_tensor_bytes
             grads = sum(tensors)
-            # the compute runs in pieces: up to each blocking collective inside the layer and, where
-            # buckets fill, up to each weight gradient it finishes (at a steady rate inside the layer)
-            marks: list[tuple[float, int, Any]] = [(f, 1, plans) for f, plans in groups if f < 1.0]
+            # the compute runs in pieces: up to each collective that starts inside the layer (holding
+            # the compute, or beside it until its deadline) and, where buckets fill, up to each weight
+            # gradient it finishes (at a steady rate inside the layer)
+            marks: list[tuple[float, int, Any]] = []  # (fraction, order at a tie, what)
+            for a, b, plans in groups:
+                if a < 1.0:
+                    marks.append((a, 1, (b, plans)))
             if reduce_grads and grads > 0:
                 finished = 0.0
                 for nbytes in tensors:
                     finished += nbytes
                     marks.append((min(1.0, finished / grads), 0, nbytes))
-            marks.sort(key=lambda m: m[:2])
+            marks.sort(key=lambda x: x[:2])
             t_compute = env.now
             done = 0.0
-            for f, blocking, what in marks:
+            pending: list[tuple[float, Any]] = []  # (deadline, process) of collectives beside the compute
+            i = 0
+            while i < len(marks) or any(d < 1.0 for d, _ in pending):
+                due = min((d for d, _ in pending), default=2.0)
+                if i < len(marks) and marks[i][0] <= due:
+                    f, kind_, what = marks[i]
+                    i += 1
+                else:  # a collective's deadline comes first: the compute waits there for it
+                    f, kind_, what = due, 2, None
                 if f > done:
                     yield from compute_for(s, step.compute_s * (f - done))
                     done = f
-                if blocking:
+                if kind_ == 2:
                     t1 = env.now
-                    yield from flows_in_turn(what, s, label("", j))
+                    for d, proc in [x for x in pending if x[0] <= f]:
+                        yield proc
+                    pending = [x for x in pending if x[0] > f]
                     stats[s]["comm"] += env.now - t1
+                elif kind_ == 1:
+                    until, plans = what
+                    if until > f:
+                        pending.append((until, env.process(flows_in_turn(plans, s, label("", j)))))
+                    else:
+                        t1 = env.now
+                        yield from flows_in_turn(plans, s, label("", j))
+                        stats[s]["comm"] += env.now - t1
                 else:
                     bucket += what
                     if lp.overlap and bucket >= lp.bucket_bytes:
@@ -470,6 +508,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                         bucket = 0.0
             if done < 1.0:
                 yield from compute_for(s, step.compute_s * (1.0 - done))
+            beside += [proc for _, proc in pending]
             if record_spans and step.compute_s > 0:
                 spans.append(Span(stage_track(s, "layers"), f"{name} {step.name}", t_compute, env.now,
                                   (("layer", step.name), ("compute_s", step.compute_s))))
@@ -481,10 +520,10 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                     spans.append(Span(stage_track(s, "context ring"), label("ring attention (exposed)", j), t1,
                                       env.now))
             t1 = env.now
-            if beside is not None:
-                yield beside
-            for f, plans in groups:
-                if f >= 1.0:
+            for proc in beside:
+                yield proc
+            for a, _, plans in groups:
+                if a >= 1.0:
                     yield from flows_in_turn(plans, s, label("", j))
             stats[s]["comm"] += env.now - t1
             if zero3 and kind == "B" and grads > 0:
@@ -731,14 +770,18 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             nodes = [dataclasses.replace(n, repeat=1) if n.phase != "optimizer" else n for n in nodes]
             unit_times[key], res = _phase_times(hardware, nodes, f"{workload.name}.{key}", spec, launch_mode)
             unit_params[key] = float(layer.num_parameters())
-            if key == "head" and tied:
-                # the last stage's copy of the embedding (this rank's vocabulary share), trained as
-                # its own weight and kept equal by an all-reduce of the two copies' gradients
-                unit_params[key] += tied
             # the unit's weight tensors, last first: the backward finishes their gradients in that order
             unit_tensors[key] = tuple(float(f.num_parameters) for f in reversed(layer.ops) if f.num_parameters > 0)
             if key == "head" and tied:
-                unit_tensors[key] = (tied,) + unit_tensors[key]  # the logits' weight gradient comes first
+                # the last stage's copy of the embedding (this rank's vocabulary share), trained as
+                # its own weight (its gradient finished where the logits' is, its optimizer update
+                # as long per weight as a block's) and kept equal to the first stage's by an
+                # all-reduce of the two copies' gradients
+                unit_params[key] += tied
+                unit_tensors[key] = tuple(tied if f.name == "logits" else float(f.num_parameters)
+                                          for f in reversed(layer.ops) if f.num_parameters > 0 or f.name == "logits")
+                unit_times[key]["optimizer"] = (unit_times[key].get("optimizer", 0.0) + tied
+                                                * unit_times["block"].get("optimizer", 0.0) / unit_params["block"])
             if key == "block":
                 kernels = res.kernels
         h = r.hidden_size
@@ -767,41 +810,40 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
 
         where = _BlockTimeline(kernels)
 
-        def tp_plans(count: int) -> list[CollectivePlan]:
-            if t <= 1 or count == 0:
-                return []
-            if par.sequence_parallel:
-                return [group_plan("reduce_scatter", tp_ar, t, 1), group_plan("all_gather", tp_ar, t, 1)] * count
-            return [group_plan("all_reduce", tp_ar, t, 1)] * count
-
-        def block_tp(phase: str) -> list[tuple[CollectivePlan, float]]:
+        def block_tp(phase: str) -> list[tuple[CollectivePlan, float, float]]:
             """A block's tensor-parallel collectives in ``phase`` ("forward", "recompute" or
-            "backward"), each with where in the pass it runs, as Megatron-LM runs them. Each half of
-            the block (attention: QKV then the output projection; MLP: FC1 then FC2) is a
-            column-parallel GEMM then a row-parallel one. Forward: without sequence parallelism an
-            all-reduce after the row-parallel GEMM; with it an all-gather before the column-parallel
-            GEMM and a reduce-scatter after the row-parallel one. Backward (the MLP first): an
-            all-reduce of the column-parallel GEMM's input gradient after it; with sequence
-            parallelism an all-gather before the row-parallel GEMM and a reduce-scatter after the
-            column-parallel one."""
+            "backward"), each with where in the pass it starts and by when it must end, as
+            Megatron-LM runs them. Each half of the block (attention: QKV then the output projection;
+            MLP: FC1 then FC2) is a column-parallel GEMM then a row-parallel one. Forward: without
+            sequence parallelism an all-reduce after the row-parallel GEMM; with it an all-gather
+            before the column-parallel GEMM and a reduce-scatter after the row-parallel one. Backward
+            (the MLP first): the column-parallel GEMM's input gradient is all-reduced (with sequence
+            parallelism reduce-scattered) beside its weight-gradient GEMM, from the end of its data
+            gradient to the end of its weight gradient (with ``tp_wgrad_overlap``; else after it);
+            with sequence parallelism the row-parallel GEMM's output gradient is all-gathered before
+            its backward."""
             if t <= 1:
                 return []
-            halves = (("qkv", "proj"), ("fc1", "fc2"))
-            out: list[tuple[CollectivePlan, float]] = []
-            for column, row in (halves[::-1] if phase == "backward" else halves):
-                if phase == "backward":
-                    out += ([(group_plan("all_gather", tp_ar, t, 1), where.before(phase, row)),
-                             (group_plan("reduce_scatter", tp_ar, t, 1), where.after(phase, column))]
-                            if par.sequence_parallel else [(group_plan("all_reduce", tp_ar, t, 1),
-                                                            where.after(phase, column))])
-                else:
-                    out += ([(group_plan("all_gather", tp_ar, t, 1), where.before(phase, column)),
-                             (group_plan("reduce_scatter", tp_ar, t, 1), where.after(phase, row))]
-                            if par.sequence_parallel else [(group_plan("all_reduce", tp_ar, t, 1),
-                                                            where.after(phase, row))])
+            ar, rs, ag = (group_plan(c, tp_ar, t, 1) for c in ("all_reduce", "reduce_scatter", "all_gather"))
+            out: list[tuple[CollectivePlan, float, float]] = []
+            if phase == "backward":
+                for column, row in (("fc1", "fc2"), ("qkv", "proj")):
+                    if par.sequence_parallel:
+                        start = where.before(phase, row)
+                        out.append((ag, start, start))
+                    end = where.after(phase, column)
+                    start = where.after(phase, column, "dgrad") if par.tp_wgrad_overlap else end
+                    out.append((rs if par.sequence_parallel else ar, start, end))
+                return out
+            for column, row in (("qkv", "proj"), ("fc1", "fc2")):
+                if par.sequence_parallel:
+                    start = where.before(phase, column)
+                    out.append((ag, start, start))
+                end = where.after(phase, row)
+                out.append((rs if par.sequence_parallel else ar, end, end))
             return out
 
-        def block_cp(phase: str) -> list[tuple[CollectivePlan, float]]:
+        def block_cp(phase: str) -> list[tuple[CollectivePlan, float, float]]:
             """The blocking collectives of context parallelism in a block's ``phase``, each with where
             it runs: Ulysses' all-to-alls inside each group around the attention (queries, keys and
             values in before it, the output out after it; their gradients the other way round in the
@@ -813,22 +855,27 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 head_bytes = tokens * r.head_dim * act_bytes
                 qkv = group_plan("all_to_all", head_bytes * (rt.num_heads + 2 * rt.num_kv_heads), a2a, t)
                 out = group_plan("all_to_all", head_bytes * rt.num_heads, a2a, t)
-                return [(out, before), (qkv, after)] if phase == "backward" else [(qkv, before), (out, after)]
+                first, second = (out, qkv) if phase == "backward" else (qkv, out)
+                return [(first, before, before), (second, after, after)]
             if comm == "all_gather":
-                gather = (group_plan("all_gather", kv_bytes * cp, cp, t), before)
-                return [gather, (group_plan("reduce_scatter", kv_bytes * cp, cp, t), after)] \
+                gather = (group_plan("all_gather", kv_bytes * cp, cp, t), before, before)
+                return [gather, (group_plan("reduce_scatter", kv_bytes * cp, cp, t), after, after)] \
                     if phase == "backward" else [gather]
             return []
 
-        def block_ep(phase: str) -> list[tuple[CollectivePlan, float]]:
+        def block_ep(phase: str) -> list[tuple[CollectivePlan, float, float]]:
             """A mixture-of-experts block's all-to-alls: the tokens to their experts after the
-            dispatch and back before the combine (in the backward their gradients, the other way)."""
+            dispatch and back before the combine; in the backward the gradients of the combined
+            tokens to the experts after the combine's backward, and of the experts' inputs back once
+            the experts' first GEMM has its data gradient."""
             if not moe or e <= 1:
                 return []
             plan = group_plan("all_to_all", tokens * r.top_k * h * act_bytes, e, t)
             if phase == "backward":
-                return [(plan, where.after(phase, "combine")), (plan, where.before(phase, "dispatch"))]
-            return [(plan, where.after(phase, "dispatch")), (plan, where.before(phase, "combine"))]
+                there, back = where.after(phase, "combine"), where.after(phase, "fc1", "dgrad")
+            else:
+                there, back = where.after(phase, "dispatch"), where.before(phase, "combine")
+            return [(plan, there, there), (plan, back, back)]
 
         P = p * v
         per_chunk = r.num_layers // P
@@ -841,13 +888,27 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         # vocabulary-parallel embedding, and the head's in its backward
         backward = block_tp("backward") + block_ep("backward") + block_cp("backward")
         if spec.activation_checkpointing == "full":
-            backward += block_tp("recompute")
+            backward += block_tp("recompute") + block_ep("recompute")
         if recomputes_attention:
             backward += block_cp("recompute")
+        if t > 1 and par.sequence_parallel:
+            # the embedding's output is reduce-scattered to the sequence shards, and their gradients
+            # all-gathered back; the head gathers its input and reduce-scatters that input's gradient
+            rs, ag = group_plan("reduce_scatter", tp_ar, t, 1), group_plan("all_gather", tp_ar, t, 1)
+            embedding_comm = ([(rs, 1.0, 1.0)], [(ag, 0.0, 0.0)])
+            head_comm = ([(ag, 0.0, 0.0)], [(rs, 1.0, 1.0)])
+        else:
+            # the vocabulary-parallel embedding's partial lookups are summed; the head's input gradient
+            ar = [(group_plan("all_reduce", tp_ar, t, 1), 1.0, 1.0)] if t > 1 else []
+            embedding_comm, head_comm = (ar, []), ([], ar)
+        if where.missing:
+            names = ", ".join(sorted({f"{name}{'.' + part if part else ''} ({phase})" for phase, name, part in where.missing}))
+            warnings.append(f"the block has no kernels named {names}: the collectives that follow or precede them "
+                            "run at the end of the layer's pass")
         unit_comm = {
-            "embedding": ([(x, 1.0) for x in tp_plans(1)], []),
+            "embedding": embedding_comm,
             "block": (block_tp("forward") + block_ep("forward") + block_cp("forward"), backward),
-            "head": ([], [(x, 1.0) for x in tp_plans(1)]),
+            "head": head_comm,
         }
 
         def backward_s(unit: str) -> float:
@@ -871,10 +932,12 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 chunks.append(ChunkModel(
                     sum(forward_layer_s), sum(backward_layer_s), len(units),
                     layer_names=tuple(names),
-                    layer_comm_forward=tuple(tuple(x for x, _ in unit_comm[u][0]) for u in units),
-                    layer_comm_backward=tuple(tuple(x for x, _ in unit_comm[u][1]) for u in back),
-                    layer_comm_forward_at=tuple(tuple(f for _, f in unit_comm[u][0]) for u in units),
-                    layer_comm_backward_at=tuple(tuple(f for _, f in unit_comm[u][1]) for u in back),
+                    layer_comm_forward=tuple(tuple(x for x, _, _ in unit_comm[u][0]) for u in units),
+                    layer_comm_backward=tuple(tuple(x for x, _, _ in unit_comm[u][1]) for u in back),
+                    layer_comm_forward_at=tuple(tuple(a for _, a, _ in unit_comm[u][0]) for u in units),
+                    layer_comm_backward_at=tuple(tuple(a for _, a, _ in unit_comm[u][1]) for u in back),
+                    layer_comm_forward_until=tuple(tuple(b for *_, b in unit_comm[u][0]) for u in units),
+                    layer_comm_backward_until=tuple(tuple(b for *_, b in unit_comm[u][1]) for u in back),
                     forward_layer_s=forward_layer_s, backward_layer_s=backward_layer_s,
                     grad_bytes=params * grad_b, param_bytes=params * weight_b,
                     layer_param_bytes=tuple(unit_params[u] * weight_b for u in units),
@@ -943,40 +1006,45 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
 class _BlockTimeline:
     """Where a transformer block's collectives fall in its passes, from its kernel records: the
     fraction of a pass's compute done before or after an op's kernels (ops named as the model
-    builders name them: ``qkv``, ``proj``, ``fc1``, ``fc2``, ``attention``...). The backward pass is
-    the recompute, then the backward, as the step runs them. An op the block lacks puts the
-    collective after the whole pass."""
+    builders name them: ``qkv``, ``proj``, ``fc1``, ``fc2``, ``attention``...; ``part`` picks one
+    of an op's backward kernels, ``dgrad`` or ``wgrad``). The backward pass is the recompute, then
+    the backward, as the step runs them. An op the block lacks puts the collective after the whole
+    pass, and is listed in ``missing``."""
 
     ALIASES = {"fc1": ("fc1", "experts_up"), "fc2": ("fc2", "experts_down")}
     """A mixture-of-experts block's MLP GEMMs are its experts'."""
 
     def __init__(self, kernels):
-        self.passes: dict[str, list[tuple[str, str, float]]] = {"forward": [], "backward": []}
+        self.passes: dict[str, list[tuple[str, str, str, float]]] = {"forward": [], "backward": []}
+        self.missing: set[tuple[str, str, str | None]] = set()
         for k in kernels:
             key = {"forward": "forward", "recompute": "backward", "backward": "backward"}.get(k.phase)
             if key is not None:
-                op = k.node.split(".")[1] if "." in k.node else k.node
-                self.passes[key].append((k.phase, op, k.time_s + k.launch_gap_s))
+                parts = k.node.split(".")
+                op = parts[1] if len(parts) > 1 else k.node
+                self.passes[key].append((k.phase, op, parts[2] if len(parts) > 2 else "", k.time_s + k.launch_gap_s))
 
     def _matches(self, op: str, name: str) -> bool:
         if name == "attention":  # the attention core, fused or not, in one or several kernels
             return op == name or op.startswith("attention_")
         return op in self.ALIASES.get(name, (name,))
 
-    def _edge(self, phase: str, name: str, after: bool) -> float:
+    def _edge(self, phase: str, name: str, after: bool, part: str | None) -> float:
         seq = self.passes["forward" if phase == "forward" else "backward"]
-        total = sum(x[2] for x in seq)
-        hits = [i for i, (ph, op, _) in enumerate(seq) if ph == phase and self._matches(op, name)]
+        total = sum(x[3] for x in seq)
+        hits = [i for i, (ph, op, pt, _) in enumerate(seq)
+                if ph == phase and self._matches(op, name) and part in (None, pt)]
         if not hits or total <= 0:
+            self.missing.add((phase, name, part))
             return 1.0
         end = hits[-1] + 1 if after else hits[0]
-        return min(1.0, sum(x[2] for x in seq[:end]) / total)
+        return min(1.0, sum(x[3] for x in seq[:end]) / total)
 
-    def before(self, phase: str, name: str) -> float:
-        return self._edge(phase, name, after=False)
+    def before(self, phase: str, name: str, part: str | None = None) -> float:
+        return self._edge(phase, name, False, part)
 
-    def after(self, phase: str, name: str) -> float:
-        return self._edge(phase, name, after=True)
+    def after(self, phase: str, name: str, part: str | None = None) -> float:
+        return self._edge(phase, name, True, part)
 
 
 def _ring_wait_s(kernels, phase: str, hop_s: float) -> float:

@@ -407,10 +407,11 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
         def stage_footprint(stage: int, held: Sequence) -> MemoryFootprint:
             expert_params = sum(f.num_parameters for layer in held for f in layer.ops if f.expert)
             dense_params = sum(layer.num_parameters() for layer in held) - expert_params
-            if r is not None and r.tied_embeddings and par.pipeline > 1 and stage == par.pipeline - 1:
-                # the head's weights are the embedding's, which another stage holds: Megatron-LM and
-                # DeepSpeed keep a copy on the last stage, with its own gradients and optimizer state
-                dense_params += r.vocab_size * r.hidden_size
+            # the head's weights are the embedding's, which another stage holds: Megatron-LM and
+            # DeepSpeed keep a copy on the last stage, with its own gradients and optimizer state
+            copy = r.vocab_size * r.hidden_size if (r is not None and r.tied_embeddings and par.pipeline > 1
+                                                    and stage == par.pipeline - 1) else 0
+            dense_params += copy
             states = [model_states(
                 n, training=True, weight_bytes=dtype_bytes(p.weight_dtype), grad_bytes=dtype_bytes(p.grad_dtype),
                 optimizer_state_bytes=state, tensor=par.tensor * sharding[expert][0],
@@ -424,7 +425,9 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
                 def gathered(f) -> float:
                     split, group = sharding[bool(f.expert)]
                     return f.num_parameters / split if group > 1 else 0.0
-                largest = max(sum(gathered(f) for f in layer.ops) for layer in held) / par.tensor
+                copy_gathered = copy if sharding[False][1] > 1 else 0  # with the head
+                largest = max(sum(gathered(f) for f in layer.ops) + (copy_gathered if layer is held[-1] else 0)
+                              for layer in held) / par.tensor
                 held_layers = 2 if par.overlap_communication else 1
                 weights += held_layers * largest * dtype_bytes(par.param_gather_dtype or p.weight_dtype)
                 grads += held_layers * largest * dtype_bytes(par.grad_reduce_dtype or p.grad_dtype)

@@ -355,6 +355,12 @@ class ParallelismSpec(Spec):
     ``--tp-comm-overlap``, Transformer Engine's userbuffers): a layer group's collectives run while its
     compute does, holding the collectives' share of the SMs, and the group waits for the longer of the
     two. Off, they run after the compute (Megatron's default)."""
+    tp_wgrad_overlap: bool = True
+    """In the backward, a column-parallel GEMM's input-gradient all-reduce (with sequence parallelism
+    its reduce-scatter) runs beside the GEMM's weight-gradient GEMM, as Megatron-LM has done since
+    late 2021 (``LinearWithGradAccumulationAndAsyncCommunication``). Off, it runs after the weight
+    gradient and holds the compute (Megatron-LM before it; PyTorch's own tensor parallelism, whose
+    all-reduce is a separate autograd step after the layer's backward)."""
     p2p_comm_overlap: bool = False
     """Overlap a pipeline stage's sends with its next compute (Megatron-LM's ``--overlap-p2p-communication``,
     NeMo's ``overlap_p2p_comm``). Off, a stage waits for each send to complete before its next forward
