@@ -503,3 +503,14 @@ def test_the_input_gradients_all_reduce_runs_beside_the_weight_gradient():
         runs[overlap] = (first.start_s, r.time_breakdown_s["exposed_communication"], r.step_time_s)
     assert runs[True][0] < runs[False][0]  # it starts before the weight gradient ends
     assert runs[True][1] < runs[False][1] and runs[True][2] < runs[False][2]  # and less of it is exposed
+
+
+def test_gradient_buckets_leave_where_their_weight_gradients_finish():
+    # One layer: 1 s forward, 2 s backward whose two 1 GB weight gradients are finished 75% and 100%
+    # of the way through it (a recompute first finishes none): 1 GB buckets leave at 2.5 s and 3.0 s
+    # (a steady rate would send the first at 2.0 s); 0.1 s each, the step ends at 3.1 s
+    chunk = ChunkModel(1.0, 2.0, 1, grad_bytes=2e9, grad_layers=((1e9, 1e9),), grad_layers_at=((0.75, 1.0),))
+    lp = LayoutPlan("1f1b", 1, 1, 1, bucket_bytes=1e9, dp_plan=_per_gb_plan(0.1))
+    stats = run_step(None, [StageModel([chunk])], lp, record_spans=True)
+    starts = sorted(s.start_s for s in stats.spans if s.name.startswith("all_reduce grad"))
+    assert starts == pytest.approx([2.5, 3.0]) and stats.step_s == pytest.approx(3.1)

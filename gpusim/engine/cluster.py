@@ -127,6 +127,10 @@ class ChunkModel:
     """Gradient bytes per weight tensor, layer by layer, in the order the backward finishes them (the
     head's first, the embedding's last); buckets fill tensor by tensor, as PyTorch DDP's and
     Megatron-LM's do. Empty: ``grad_bytes`` spread evenly over ``num_layers`` layers."""
+    grad_layers_at: tuple[tuple[float, ...], ...] = ()
+    """Where in its layer's backward each of ``grad_layers``' gradients is finished, as the fraction of
+    the backward's compute done (the end of its weight-gradient kernel). Empty: at a steady rate of
+    bytes through the layer's backward."""
     send_bytes: float = 0.0
     """Activation bytes each GPU sends to the next pipeline stage per micro-batch (and gradients back):
     its tensor-parallel rank's share."""
@@ -148,7 +152,7 @@ class ChunkModel:
             if layers and not math.isclose(sum(layers), total, rel_tol=1e-9, abs_tol=1e-15):
                 raise ValueError(f"ChunkModel's layer times add up to {sum(layers)} s, not the pass's {total} s")
         for name in ("layer_comm_forward", "layer_comm_backward", "forward_layer_s", "backward_layer_s",
-                     "layer_param_bytes", "grad_layers", "layer_names", "layer_ring_forward",
+                     "layer_param_bytes", "grad_layers", "grad_layers_at", "layer_names", "layer_ring_forward",
                      "layer_ring_backward", "layer_ring_wait_forward_s", "layer_ring_wait_backward_s",
                      "layer_comm_forward_at", "layer_comm_backward_at", "layer_comm_forward_until",
                      "layer_comm_backward_until"):
@@ -176,12 +180,13 @@ class ChunkModel:
         if not forward:  # given in the forward's order
             params, names = params[::-1], names[::-1]
         grads = self.grad_layers or ((self.grad_bytes / n,),) * n
+        grads_at = self.grad_layers_at or ((),) * n
         at = (self.layer_comm_forward_at if forward else self.layer_comm_backward_at) or ((),) * n
         until = (self.layer_comm_forward_until if forward else self.layer_comm_backward_until) or ((),) * n
         ring = (self.layer_ring_forward if forward else self.layer_ring_backward) or (None,) * n
         wait = (self.layer_ring_wait_forward_s if forward else self.layer_ring_wait_backward_s) or (0.0,) * n
         return [LayerStep(names[j], times[j], comm[j], params[j], grads[j] if not forward else (), ring[j], wait[j],
-                          at[j], until[j]) for j in range(n)]
+                          at[j], until[j], grads_at[j] if not forward else ()) for j in range(n)]
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,8 @@ class LayerStep:
     """The fraction of the compute each of ``comm`` starts after (empty: all after the compute)."""
     comm_until: tuple[float, ...] = ()
     """The fraction of the compute by which each must have ended (empty: where it starts)."""
+    grad_tensor_at: tuple[float, ...] = ()
+    """The fraction of the compute at which each gradient tensor is finished (empty: a steady rate)."""
 
     def comm_groups(self) -> list[tuple[float, float, tuple[CollectivePlan, ...]]]:
         """The layer's collectives by where they run in its compute: (fraction done when they start,
@@ -469,9 +476,10 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                     marks.append((a, 1, (b, plans)))
             if reduce_grads and grads > 0:
                 finished = 0.0
-                for nbytes in tensors:
+                for k, nbytes in enumerate(tensors):
                     finished += nbytes
-                    marks.append((min(1.0, finished / grads), 0, nbytes))
+                    ready = step.grad_tensor_at[k] if step.grad_tensor_at else finished / grads
+                    marks.append((min(1.0, ready), 0, nbytes))
             marks.sort(key=lambda x: x[:2])
             t_compute = env.now
             done = 0.0
@@ -764,6 +772,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         unit_times: dict[str, dict[str, float]] = {}
         unit_params: dict[str, float] = {}
         unit_tensors: dict[str, tuple[float, ...]] = {}
+        unit_tensor_ops: dict[str, tuple[str, ...]] = {}
         for key, layer in units.items():
             nodes = training_nodes([layer], fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
                                    micro_batches=m, optimizer=spec.optimizer_name, policy=pol)
@@ -772,6 +781,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             unit_params[key] = float(layer.num_parameters())
             # the unit's weight tensors, last first: the backward finishes their gradients in that order
             unit_tensors[key] = tuple(float(f.num_parameters) for f in reversed(layer.ops) if f.num_parameters > 0)
+            unit_tensor_ops[key] = tuple(f.name for f in reversed(layer.ops) if f.num_parameters > 0)
             if key == "head" and tied:
                 # the last stage's copy of the embedding (this rank's vocabulary share), trained as
                 # its own weight (its gradient finished where the logits' is, its optimizer update
@@ -901,6 +911,10 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             # the vocabulary-parallel embedding's partial lookups are summed; the head's input gradient
             ar = [(group_plan("all_reduce", tp_ar, t, 1), 1.0, 1.0)] if t > 1 else []
             embedding_comm, head_comm = (ar, []), ([], ar)
+        # a block's gradients are finished with their weight-gradient kernels (a norm's with its
+        # backward kernel), none during a recompute; where none is found, at a steady rate
+        ready = [where.ready(name) for name in unit_tensor_ops["block"]]
+        block_grads_at = tuple(ready) if None not in ready else ()
         if where.missing:
             names = ", ".join(sorted({f"{name}{'.' + part if part else ''} ({phase})" for phase, name, part in where.missing}))
             warnings.append(f"the block has no kernels named {names}: the collectives that follow or precede them "
@@ -942,6 +956,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                     grad_bytes=params * grad_b, param_bytes=params * weight_b,
                     layer_param_bytes=tuple(unit_params[u] * weight_b for u in units),
                     grad_layers=tuple(tuple(n * grad_b for n in unit_tensors[u]) for u in back),
+                    grad_layers_at=tuple(block_grads_at if u == "block" else () for u in back),
                     send_bytes=tp_ar / t,
                     layer_ring_forward=tuple(ring_plan_f if u == "block" else None for u in units),
                     layer_ring_backward=tuple(ring_plan_b if u == "block" else None for u in back),
@@ -1042,6 +1057,14 @@ class _BlockTimeline:
 
     def before(self, phase: str, name: str, part: str | None = None) -> float:
         return self._edge(phase, name, False, part)
+
+    def ready(self, name: str) -> float | None:
+        """Where the gradient of op ``name``'s weights is finished in the backward: after its
+        weight-gradient kernel, or its one backward kernel (a norm's); None if it has none."""
+        for part in ("wgrad", "grad"):
+            if any(ph == "backward" and op == name and pt == part for ph, op, pt, _ in self.passes["backward"]):
+                return self._edge("backward", name, True, part)
+        return None
 
     def after(self, phase: str, name: str, part: str | None = None) -> float:
         return self._edge(phase, name, True, part)
