@@ -43,7 +43,9 @@ def test_a_steps_time_splits_into_compute_communication_bubble_and_optimizer(
                        layer_comm_forward_until=until, layer_comm_backward_until=until[::-1],
                        grad_bytes=sum(w for *_, w in layers), param_bytes=sum(w for *_, w in layers),
                        layer_param_bytes=tuple(w for *_, w in layers),
-                       grad_layers=tuple((w,) for *_, w in reversed(layers)), send_bytes=send_bytes)
+                       grad_layers=tuple((w,) for *_, w in reversed(layers)),
+                       grad_layers_at=tuple((b / (f + b) if f + b > 0 else 1.0,) for f, b, _, _ in reversed(layers)),
+                       send_bytes=send_bytes)
     stages = [StageModel([chunk], optimizer_s=1e-3) for _ in range(p)]
     lp = LayoutPlan("1f1b", p, m, 1, zero_stage=zero_stage, overlap=overlap, tp_overlap=tp_overlap,
                     p2p_overlap=p2p_overlap, bucket_bytes=2.5e8,
