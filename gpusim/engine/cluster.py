@@ -468,8 +468,8 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             tensors = step.grad_tensor_bytes
             grads = sum(tensors)
             # the compute runs in pieces: up to each collective that starts inside the layer (holding
-            # the compute, or beside it until its deadline) and, where buckets fill, up to each weight
-            # gradient it finishes (at a steady rate inside the layer)
+            # the compute, or beside it until its deadline), up to each deadline, and, where buckets
+            # fill, up to each weight gradient it finishes (where the layer says; else at a steady rate)
             marks: list[tuple[float, int, Any]] = []  # (fraction, order at a tie, what)
             for a, b, plans in groups:
                 if a < 1.0:
@@ -497,7 +497,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                     done = f
                 if kind_ == 2:
                     t1 = env.now
-                    for d, proc in [x for x in pending if x[0] <= f]:
+                    for _, proc in [x for x in pending if x[0] <= f]:
                         yield proc
                     pending = [x for x in pending if x[0] > f]
                     stats[s]["comm"] += env.now - t1
