@@ -210,6 +210,18 @@ def test_a_pipeline_stage_recomputes_one_layer_at_a_time():
     assert w.memory.activations_bytes == pytest.approx(4 * kept + buffer, rel=1e-12)
 
 
+def test_a_pipelined_head_owns_its_tied_projection():
+    w = load_workload("gpt2_large_train", ["config.num_layers=2"])
+    r = T.resolve(w.spec.model, w.spec.config)
+    layers = T.build_layers(r, precision_policy(w.spec.precision), batch=1, seq_q=8, seq_kv=8, training=True)
+    assert layers[-1].num_parameters() == 2_560  # the final norm; the projection is the embedding's
+    assert T.pipelined_head(r, layers[-1]).num_parameters() == 2_560 + 50_257 * 1_280
+    spec = load_workload("llama2_7b_train").spec
+    llama = T.resolve(spec.model, spec.config)  # untied: unchanged
+    head = T.build_layers(llama, precision_policy("bf16"), batch=1, seq_q=8, seq_kv=8, training=True)[-1]
+    assert T.pipelined_head(llama, head) is head
+
+
 def test_the_last_stage_holds_a_copy_of_tied_embeddings():
     """GPT-2 ties its output projection to the word embedding; under a pipeline the last stage keeps
     a copy (Megatron-LM, DeepSpeed): 2 blocks of 19,677,440 parameters, the final norm's 2,560 and

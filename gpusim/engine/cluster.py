@@ -766,9 +766,10 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                                 context_comm=par.context_comm, context_a2a=a2a)
         if e > 1:
             layers = tuple(_expert_shard(layer, e, Matmul) for layer in layers)
-        units = {"embedding": layers[0], "block": layers[1], "head": layers[-1]}
-        # a tied head under a pipeline: the last stage keeps its own copy of the embedding
-        tied = float(rt.vocab_size * r.hidden_size) if r.tied_embeddings and p > 1 else 0.0
+        units = {"embedding": layers[0], "block": layers[1],
+                 "head": T.pipelined_head(rt, layers[-1]) if p > 1 else layers[-1]}
+        # the parameters of the last stage's copy of a tied embedding (this rank's vocabulary share)
+        tied = float(units["head"].num_parameters() - layers[-1].num_parameters())
         unit_times: dict[str, dict[str, float]] = {}
         unit_params: dict[str, float] = {}
         unit_tensors: dict[str, tuple[float, ...]] = {}
@@ -782,16 +783,6 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             # the unit's weight tensors, last first: the backward finishes their gradients in that order
             unit_tensors[key] = tuple(float(f.num_parameters) for f in reversed(layer.ops) if f.num_parameters > 0)
             unit_tensor_ops[key] = tuple(f.name for f in reversed(layer.ops) if f.num_parameters > 0)
-            if key == "head" and tied:
-                # the last stage's copy of the embedding (this rank's vocabulary share), trained as
-                # its own weight (its gradient finished where the logits' is, its optimizer update
-                # as long per weight as a block's) and kept equal to the first stage's by an
-                # all-reduce of the two copies' gradients
-                unit_params[key] += tied
-                unit_tensors[key] = tuple(tied if f.name == "logits" else float(f.num_parameters)
-                                          for f in reversed(layer.ops) if f.num_parameters > 0 or f.name == "logits")
-                unit_times[key]["optimizer"] = (unit_times[key].get("optimizer", 0.0) + tied
-                                                * unit_times["block"].get("optimizer", 0.0) / unit_params["block"])
             if key == "block":
                 kernels = res.kernels
         h = r.hidden_size

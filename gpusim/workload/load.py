@@ -407,11 +407,6 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
         def stage_footprint(stage: int, held: Sequence) -> MemoryFootprint:
             expert_params = sum(f.num_parameters for layer in held for f in layer.ops if f.expert)
             dense_params = sum(layer.num_parameters() for layer in held) - expert_params
-            # the head's weights are the embedding's, which another stage holds: Megatron-LM and
-            # DeepSpeed keep a copy on the last stage, with its own gradients and optimizer state
-            copy = r.vocab_size * r.hidden_size if (r is not None and r.tied_embeddings and par.pipeline > 1
-                                                    and stage == par.pipeline - 1) else 0
-            dense_params += copy
             states = [model_states(
                 n, training=True, weight_bytes=dtype_bytes(p.weight_dtype), grad_bytes=dtype_bytes(p.grad_dtype),
                 optimizer_state_bytes=state, tensor=par.tensor * sharding[expert][0],
@@ -425,9 +420,7 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
                 def gathered(f) -> float:
                     split, group = sharding[bool(f.expert)]
                     return f.num_parameters / split if group > 1 else 0.0
-                copy_gathered = copy if sharding[False][1] > 1 else 0  # with the head
-                largest = max(sum(gathered(f) for f in layer.ops) + (copy_gathered if layer is held[-1] else 0)
-                              for layer in held) / par.tensor
+                largest = max(sum(gathered(f) for f in layer.ops) for layer in held) / par.tensor
                 held_layers = 2 if par.overlap_communication else 1
                 weights += held_layers * largest * dtype_bytes(par.param_gather_dtype or p.weight_dtype)
                 grads += held_layers * largest * dtype_bytes(par.grad_reduce_dtype or p.grad_dtype)
@@ -441,6 +434,8 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
         # each pipeline stage holds its own layers (the first the embedding, the last the head) and the
         # micro-batches its schedule keeps in flight; the footprint is the largest stage's
         held_by_stage = stage_layers(layers, par.pipeline, par.virtual_stages) if r is not None else [layers]
+        if r is not None and par.pipeline > 1:
+            held_by_stage[-1][-1] = T.pipelined_head(r, held_by_stage[-1][-1])  # the last stage's head
         memory = max((stage_footprint(s, held) for s, held in enumerate(held_by_stage)),
                      key=lambda f: f.total_bytes)
         if spec.activation_checkpointing == "selective":
@@ -462,6 +457,8 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
 
         # each pipeline stage holds its own layers' weights and its blocks' share of the KV cache
         held_by_stage = stage_layers(layers, par.pipeline) if r is not None else [layers]
+        if r is not None and par.pipeline > 1:
+            held_by_stage[-1][-1] = T.pipelined_head(r, held_by_stage[-1][-1])
         memory = max((serving_footprint(s, held) for s, held in enumerate(held_by_stage)),
                      key=lambda f: f.total_bytes)
 

@@ -356,6 +356,17 @@ def head_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, trainin
     return tuple(o.ops)
 
 
+def pipelined_head(r: Resolved, head: Layer) -> Layer:
+    """The head as a pipeline's last stage holds it. With tied embeddings its output projection is the
+    word embedding, which the first stage holds: Megatron-LM and DeepSpeed keep a copy on the last
+    stage, a weight of its own with its own gradient and optimizer state (kept equal to the first
+    stage's by an all-reduce of the two copies' gradients)."""
+    if not r.tied_embeddings:
+        return head
+    ops = tuple(replace(f, num_parameters=f.op.k * f.op.n) if f.name == "logits" else f for f in head.ops)
+    return replace(head, ops=ops)
+
+
 def build_layers(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv: int, training: bool,
                  logits_tokens: int | None = None, kv_append: bool = False, host_input: bool = True,
                  prefix: str = "", kv_cache_dtype: str | None = None, reads_kv_cache: bool = False,
