@@ -390,6 +390,10 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
     # a library workspace and the largest output a kernel writes (the whole model's, on every stage)
     largest_output = max((n.op.bytes_written() for n in graph.nodes if n.phase != "optimizer"), default=0.0)
     workspace = LIBRARY_WORKSPACE_BYTES + largest_output / par.tensor
+    # each pipeline stage holds its own layers (the first the embedding, the last the head)
+    held_by_stage = stage_layers(layers, par.pipeline, par.virtual_stages) if r is not None else [list(layers)]
+    if r is not None and par.pipeline > 1:
+        held_by_stage[-1][-1] = T.pipelined_head(r, held_by_stage[-1][-1])
     if training:
         state = OptimizerUpdate(num_parameters=1, optimizer=spec.optimizer_name, dtype=p.weight_dtype,
                                 master_weights=p.master_weights).state_bytes_per_parameter()
@@ -431,11 +435,8 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
             return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace,
                                    pipeline_stage=stage if par.pipeline > 1 else None)
 
-        # each pipeline stage holds its own layers (the first the embedding, the last the head) and the
-        # micro-batches its schedule keeps in flight; the footprint is the largest stage's
-        held_by_stage = stage_layers(layers, par.pipeline, par.virtual_stages) if r is not None else [layers]
-        if r is not None and par.pipeline > 1:
-            held_by_stage[-1][-1] = T.pipelined_head(r, held_by_stage[-1][-1])  # the last stage's head
+        # each stage also holds the micro-batches its schedule keeps in flight; the footprint is the
+        # largest stage's
         memory = max((stage_footprint(s, held) for s, held in enumerate(held_by_stage)),
                      key=lambda f: f.total_bytes)
         if spec.activation_checkpointing == "selective":
@@ -455,10 +456,7 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
             return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace,
                                    pipeline_stage=stage if par.pipeline > 1 else None)
 
-        # each pipeline stage holds its own layers' weights and its blocks' share of the KV cache
-        held_by_stage = stage_layers(layers, par.pipeline) if r is not None else [layers]
-        if r is not None and par.pipeline > 1:
-            held_by_stage[-1][-1] = T.pipelined_head(r, held_by_stage[-1][-1])
+        # each stage holds its own layers' weights and its blocks' share of the KV cache
         memory = max((serving_footprint(s, held) for s, held in enumerate(held_by_stage)),
                      key=lambda f: f.total_bytes)
 
