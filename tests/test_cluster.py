@@ -3,7 +3,8 @@
 import pytest
 
 from gpusim.config import load_hardware
-from gpusim.engine.cluster import ChunkModel, LayoutPlan, StageModel, pipeline_order, run_step, simulate_system
+from gpusim.engine.cluster import (ChunkModel, LayerCollective, LayoutPlan, StageModel, pipeline_order, run_step,
+                                   simulate_system)
 from gpusim.errors import ConfigError
 from gpusim.workload import load_workload
 
@@ -155,7 +156,8 @@ def _one_stage_tp_step(comm_s: float, overlap: bool, sm_fraction: float = 0.0):
     fabric = dataclasses.replace(fabric_of(load_hardware("dgx_h100")), collective_sm_fraction=sm_fraction)
     rate = fabric.intra_port_bytes_per_s
     plan = CollectivePlan("all_reduce", "ring", "Simple", 1e9, 8, 0.0, comm_s * rate, 0.0, rate, rate)
-    stage = StageModel([ChunkModel(1.0, 2.0, 1, layer_comm_forward=((plan,),), layer_comm_backward=((plan,),))])
+    stage = StageModel([ChunkModel(1.0, 2.0, 1, layer_comm_forward=((LayerCollective(plan),),),
+                                   layer_comm_backward=((LayerCollective(plan),),))])
     return run_step(fabric, [stage], LayoutPlan("1f1b", 1, 1, 1, tp_overlap=overlap))
 
 
@@ -333,7 +335,8 @@ def test_tensor_parallel_collectives_run_after_each_layer():
     # (the second layer's first), each layer followed by a 0.1 s all-reduce: the forward's at
     # 0.3-0.4 and 1.1-1.2, the backward's at 1.2 + 1.4 = 2.6-2.7 and 2.7 + 0.6 = 3.3-3.4
     plan = _per_gb_plan(0.1)("all_reduce", 1e9)
-    chunk = ChunkModel(1.0, 2.0, 2, layer_comm_forward=((plan,), (plan,)), layer_comm_backward=((plan,), (plan,)),
+    after = (LayerCollective(plan),)
+    chunk = ChunkModel(1.0, 2.0, 2, layer_comm_forward=(after, after), layer_comm_backward=(after, after),
                        forward_layer_s=(0.3, 0.7), backward_layer_s=(1.4, 0.6), layer_names=("first", "second"))
     stats = run_step(None, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1), record_spans=True)
     comm = sorted((s for s in stats.spans if s.track == "stage 0 NVLink port"), key=lambda s: s.start_s)
@@ -352,7 +355,7 @@ def test_collectives_run_where_their_layer_places_them():
     # One forward layer of 1 s compute whose two 0.1 s all-reduces run after 40% of it and after all
     # of it: 0.4-0.5 and 1.1-1.2; the layer's span holds the first
     plan = _per_gb_plan(0.1)("all_reduce", 1e9)
-    chunk = ChunkModel(1.0, 0.0, 1, layer_comm_forward=((plan, plan),), layer_comm_forward_at=((0.4, 1.0),))
+    chunk = ChunkModel(1.0, 0.0, 1, layer_comm_forward=((LayerCollective(plan, 0.4), LayerCollective(plan, 1.0)),))
     stats = run_step(None, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1), record_spans=True)
     comm = sorted((s for s in stats.spans if s.track == "stage 0 NVLink port"), key=lambda s: s.start_s)
     assert [t for s in comm for t in (s.start_s, s.end_s)] == pytest.approx([0.4, 0.5, 1.1, 1.2])
@@ -363,17 +366,15 @@ def test_collectives_run_where_their_layer_places_them():
     # 0.1 s; when it takes 0.6 s (0.4-1.0 s) the compute waits for it at 0.8 s, 0.2 s exposed
     for seconds, step_s in ((0.1, 1.0), (0.6, 1.2)):
         beside = _per_gb_plan(seconds)("all_reduce", 1e9)
-        chunk = ChunkModel(1.0, 0.0, 1, layer_comm_forward=((beside,),), layer_comm_forward_at=((0.4,),),
-                           layer_comm_forward_until=((0.8,),))
+        chunk = ChunkModel(1.0, 0.0, 1, layer_comm_forward=((LayerCollective(beside, 0.4, 0.8),),))
         stats = run_step(None, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1))
         assert stats.step_s == pytest.approx(step_s) and stats.exposed_comm_s == pytest.approx(step_s - 1.0)
     with pytest.raises(ValueError):
-        ChunkModel(1.0, 0.0, 1, layer_comm_forward=((plan,),), layer_comm_forward_at=((0.4,),),
-                   layer_comm_forward_until=((0.2,),))
+        LayerCollective(plan, 0.4, 0.2)
     with pytest.raises(ValueError):
-        ChunkModel(1.0, 0.0, 1, layer_comm_forward=((plan, plan),), layer_comm_forward_at=((0.4,),))
+        LayerCollective(plan, 1.5)
     with pytest.raises(ValueError):
-        ChunkModel(1.0, 0.0, 1, layer_comm_forward=((plan,),), layer_comm_forward_at=((1.5,),))
+        ChunkModel(1.0, 0.0, 2, layer_comm_forward=((LayerCollective(plan),),))
 
 
 @pytest.mark.parametrize("sequence_parallel, names", [
@@ -427,7 +428,7 @@ def test_a_layers_collectives_on_different_ports_run_in_turn():
     nvlink = CollectivePlan("all_reduce", "ring", "Simple", 1e11, 8, 0.0, 1e11, 0.0, 1e12, 1e12)
     network = CollectivePlan("all_to_all", "direct", "Simple", 1e11, 8, 0.0, 0.0, 1e11, 1e12, 1e12)
     for pair, tracks in (((nvlink, nvlink), ["NVLink port"]), ((nvlink, network), ["NVLink port", "network port"])):
-        chunk = ChunkModel(0.0, 0.0, 1, layer_comm_forward=(pair,))
+        chunk = ChunkModel(0.0, 0.0, 1, layer_comm_forward=(tuple(map(LayerCollective, pair)),))
         stats = run_step(None, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1), record_spans=True)
         assert stats.step_s == pytest.approx(0.2)
         comm = sorted((s for s in stats.spans if s.track.endswith("port")), key=lambda s: s.start_s)

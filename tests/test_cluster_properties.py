@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpusim.config import load_hardware
-from gpusim.engine.cluster import ChunkModel, LayoutPlan, StageModel, run_step
+from gpusim.engine.cluster import ChunkModel, LayerCollective, LayoutPlan, StageModel, run_step
 from gpusim.engine.collectives import CollectivePlan, fabric_of
 
 RATE = 1e11  # bytes per second of every port below
@@ -32,15 +32,13 @@ def test_a_steps_time_splits_into_compute_communication_bubble_and_optimizer(
         p, m, layers, zero_stage, overlap, tp_overlap, p2p_overlap, send_bytes, sm_fraction, tied):
     fabric = dataclasses.replace(fabric_of(load_hardware("dgx_h100")), intra_port_bytes_per_s=RATE,
                                  nic_port_bytes_per_s=RATE, collective_sm_fraction=sm_fraction)
-    comm = tuple(tuple(_plan("all_reduce", n, intra, nic) for n, intra, nic, _ in c) for _, _, c, _ in layers)
-    at = tuple(tuple(f for *_, f in c) for _, _, c, _ in layers)
-    until = tuple(tuple(min(1.0, f + n / 1e10) for n, *_, f in c) for _, _, c, _ in layers)  # some beside
+    # some collectives hold the compute, some run beside it
+    comm = tuple(tuple(LayerCollective(_plan("all_reduce", n, intra, nic), f, min(1.0, f + n / 1e10))
+                       for n, intra, nic, f in c) for _, _, c, _ in layers)
     chunk = ChunkModel(sum(f for f, _, _, _ in layers), sum(b for _, b, _, _ in layers), len(layers),
                        forward_layer_s=tuple(f for f, _, _, _ in layers),
                        backward_layer_s=tuple(b for _, b, _, _ in reversed(layers)),
                        layer_comm_forward=comm, layer_comm_backward=comm[::-1],
-                       layer_comm_forward_at=at, layer_comm_backward_at=at[::-1],
-                       layer_comm_forward_until=until, layer_comm_backward_until=until[::-1],
                        grad_bytes=sum(w for *_, w in layers), param_bytes=sum(w for *_, w in layers),
                        layer_param_bytes=tuple(w for *_, w in layers),
                        grad_layers=tuple((w,) for *_, w in reversed(layers)),

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpusim.config import load_hardware
-from gpusim.engine.cluster import LayoutPlan, StageModel, ChunkModel, run_step
+from gpusim.engine.cluster import ChunkModel, LayerCollective, LayoutPlan, StageModel, run_step
 from gpusim.engine.collectives import PROTOCOLS, Fabric, busbw_factor, fabric_of, plan_collective
 from gpusim.errors import SimulationError
 
@@ -82,9 +82,9 @@ def test_a_collective_alone_on_its_ports_runs_as_planned_in_the_fluid_engine():
 def test_two_collectives_sharing_a_port_take_twice_as_long():
     f = tiny(port=10e9)
     plan = plan_collective("all_reduce", 1e9, 4, f, algorithm="ring", protocol="Simple")
-    chunk = ChunkModel(0.0, 0.0, 1, layer_comm_backward=((plan,),))
+    chunk = ChunkModel(0.0, 0.0, 1, layer_comm_backward=((LayerCollective(plan),),))
     one = run_step(f, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1)).step_s
-    chunk2 = ChunkModel(0.0, 0.0, 1, layer_comm_backward=((plan, plan),))
+    chunk2 = ChunkModel(0.0, 0.0, 1, layer_comm_backward=((LayerCollective(plan), LayerCollective(plan)),))
     two = run_step(f, [StageModel([chunk2])], LayoutPlan("1f1b", 1, 1, 1)).step_s
     assert two == pytest.approx(2 * one, rel=1e-9)
 

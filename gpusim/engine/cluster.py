@@ -85,6 +85,31 @@ def pipeline_order(schedule: str, num_stages: int, num_microbatches: int, stage:
 # ------------------------------------------------------------------------------------ stage model
 
 
+@dataclass(frozen=True)
+class LayerCollective:
+    """A blocking collective of one layer's pass and where it falls in the layer's compute."""
+
+    plan: CollectivePlan
+    at: float = 1.0
+    """The fraction of the compute done when it starts (a block's first tensor-parallel all-reduce
+    after its attention, the second after its MLP); 1: after the compute."""
+    until: float | None = None
+    """The fraction of the compute by which it must have ended: one that may end after it starts runs
+    beside the compute between the two (Megatron-LM's input-gradient all-reduce beside the
+    weight-gradient GEMM). None: it ends where it starts, holding the compute."""
+
+    def __post_init__(self):
+        if not (0 <= self.at <= 1 and (self.until is None or 0 <= self.until <= 1)):
+            raise ValueError("a collective's positions must be fractions of the compute in [0, 1]")
+        if self.until is not None and self.until < self.at:
+            raise ValueError("a collective cannot have to end before it starts")
+
+    @property
+    def end(self) -> float:
+        """The fraction of the compute by which it must have ended."""
+        return self.at if self.until is None else self.until
+
+
 @dataclass
 class ChunkModel:
     """One model chunk on one representative GPU, per micro-batch.
@@ -96,23 +121,12 @@ class ChunkModel:
     backward_s: float
     """Backward including recompute."""
     num_layers: int
-    layer_comm_forward: tuple[tuple[CollectivePlan, ...], ...] = ()
+    layer_comm_forward: tuple[tuple[LayerCollective, ...], ...] = ()
     """The blocking collectives of each layer's forward (tensor-parallel all-reduces, expert
-    all-to-alls, context-parallel gathers), layer by layer in the forward's order. Empty: none."""
-    layer_comm_backward: tuple[tuple[CollectivePlan, ...], ...] = ()
+    all-to-alls, context-parallel gathers), each with where it falls in the layer's compute, layer by
+    layer in the forward's order. Empty: none."""
+    layer_comm_backward: tuple[tuple[LayerCollective, ...], ...] = ()
     """The same for the backward, layer by layer in the backward's order (the head's first)."""
-    layer_comm_forward_at: tuple[tuple[float, ...], ...] = ()
-    """Where in its layer's forward compute each of ``layer_comm_forward``'s collectives runs, as the
-    fraction of the compute done before it (a block's first tensor-parallel all-reduce after its
-    attention, the second after its MLP). Empty: all after the compute."""
-    layer_comm_backward_at: tuple[tuple[float, ...], ...] = ()
-    """The same for the backward."""
-    layer_comm_forward_until: tuple[tuple[float, ...], ...] = ()
-    """Where in the compute each collective must have ended: one that starts at ``at`` and may end
-    by a later point runs beside the compute between them (Megatron-LM's input-gradient all-reduce
-    beside the weight-gradient GEMM). Empty: each ends where it starts, holding the compute."""
-    layer_comm_backward_until: tuple[tuple[float, ...], ...] = ()
-    """The same for the backward."""
     forward_layer_s: tuple[float, ...] = ()
     """Each layer's forward compute in the forward's order. Empty: ``forward_s`` split evenly."""
     backward_layer_s: tuple[float, ...] = ()
@@ -153,20 +167,9 @@ class ChunkModel:
                 raise ValueError(f"ChunkModel's layer times add up to {sum(layers)} s, not the pass's {total} s")
         for name in ("layer_comm_forward", "layer_comm_backward", "forward_layer_s", "backward_layer_s",
                      "layer_param_bytes", "grad_layers", "grad_layers_at", "layer_names", "layer_ring_forward",
-                     "layer_ring_backward", "layer_ring_wait_forward_s", "layer_ring_wait_backward_s",
-                     "layer_comm_forward_at", "layer_comm_backward_at", "layer_comm_forward_until",
-                     "layer_comm_backward_until"):
+                     "layer_ring_backward", "layer_ring_wait_forward_s", "layer_ring_wait_backward_s"):
             if getattr(self, name) and len(getattr(self, name)) != n:
                 raise ValueError(f"ChunkModel.{name} has {len(getattr(self, name))} entries for {n} layers")
-        for comm, at, until in ((self.layer_comm_forward, self.layer_comm_forward_at, self.layer_comm_forward_until),
-                                (self.layer_comm_backward, self.layer_comm_backward_at,
-                                 self.layer_comm_backward_until)):
-            for pos in (at, until):
-                if pos and ([len(x) for x in pos] != [len(x) for x in comm]
-                            or not all(0 <= f <= 1 for x in pos for f in x)):
-                    raise ValueError("ChunkModel's collective positions must be one fraction in [0, 1] per collective")
-            if at and until and any(b < a for xa, xb in zip(at, until) for a, b in zip(xa, xb)):
-                raise ValueError("a collective cannot have to end before it starts")
 
     def layer_steps(self, kind: str) -> list[LayerStep]:
         """The pass's layers in the order it runs them (``kind`` "F" or "B"), comm plans not merged."""
@@ -181,22 +184,20 @@ class ChunkModel:
             params, names = params[::-1], names[::-1]
         grads = self.grad_layers or ((self.grad_bytes / n,),) * n
         grads_at = self.grad_layers_at or ((),) * n
-        at = (self.layer_comm_forward_at if forward else self.layer_comm_backward_at) or ((),) * n
-        until = (self.layer_comm_forward_until if forward else self.layer_comm_backward_until) or ((),) * n
         ring = (self.layer_ring_forward if forward else self.layer_ring_backward) or (None,) * n
         wait = (self.layer_ring_wait_forward_s if forward else self.layer_ring_wait_backward_s) or (0.0,) * n
         return [LayerStep(names[j], times[j], comm[j], params[j], grads[j] if not forward else (), ring[j], wait[j],
-                          at[j], until[j], grads_at[j] if not forward else ()) for j in range(n)]
+                          grads_at[j] if not forward else ()) for j in range(n)]
 
 
 @dataclass(frozen=True)
 class LayerStep:
     """One layer of a pass: its compute and its blocking collectives, each where it falls in the
-    compute (``comm_at``)."""
+    compute."""
 
     name: str
     compute_s: float
-    comm: tuple[CollectivePlan, ...]
+    comm: tuple[LayerCollective, ...]
     param_bytes: float
     grad_tensor_bytes: tuple[float, ...]
     """Backward only: the bytes of each weight gradient it finishes, in order."""
@@ -204,21 +205,15 @@ class LayerStep:
     """Context-parallel ring traffic beside the compute."""
     ring_wait_s: float = 0.0
     """What the layer waits for the ring after its compute."""
-    comm_at: tuple[float, ...] = ()
-    """The fraction of the compute each of ``comm`` starts after (empty: all after the compute)."""
-    comm_until: tuple[float, ...] = ()
-    """The fraction of the compute by which each must have ended (empty: where it starts)."""
     grad_tensor_at: tuple[float, ...] = ()
     """The fraction of the compute at which each gradient tensor is finished (empty: a steady rate)."""
 
     def comm_groups(self) -> list[tuple[float, float, tuple[CollectivePlan, ...]]]:
         """The layer's collectives by where they run in its compute: (fraction done when they start,
         fraction by which they must end, plans), in order."""
-        at = self.comm_at or (1.0,) * len(self.comm)
-        until = self.comm_until or at
         groups: dict[tuple[float, float], list[CollectivePlan]] = {}
-        for plan, a, b in zip(self.comm, at, until):
-            groups.setdefault((a, b), []).append(plan)
+        for c in self.comm:
+            groups.setdefault((c.at, c.end), []).append(c.plan)
         return [(a, b, tuple(groups[a, b])) for a, b in sorted(groups)]
 
 
@@ -811,7 +806,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
 
         where = _BlockTimeline(kernels)
 
-        def block_tp(phase: str) -> list[tuple[CollectivePlan, float, float]]:
+        def block_tp(phase: str) -> list[LayerCollective]:
             """A block's tensor-parallel collectives in ``phase`` ("forward", "recompute" or
             "backward"), each with where in the pass it starts and by when it must end, as
             Megatron-LM runs them. Each half of the block (attention: QKV then the output projection;
@@ -826,25 +821,25 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             if t <= 1:
                 return []
             ar, rs, ag = (group_plan(c, tp_ar, t, 1) for c in ("all_reduce", "reduce_scatter", "all_gather"))
-            out: list[tuple[CollectivePlan, float, float]] = []
+            out: list[LayerCollective] = []
             if phase == "backward":
                 for column, row in (("fc1", "fc2"), ("qkv", "proj")):
                     if par.sequence_parallel:
                         start = where.before(phase, row)
-                        out.append((ag, start, start))
+                        out.append(LayerCollective(ag, start))
                     end = where.after(phase, column)
                     start = where.after(phase, column, "dgrad") if par.tp_wgrad_overlap else end
-                    out.append((rs if par.sequence_parallel else ar, start, end))
+                    out.append(LayerCollective(rs if par.sequence_parallel else ar, start, end))
                 return out
             for column, row in (("qkv", "proj"), ("fc1", "fc2")):
                 if par.sequence_parallel:
                     start = where.before(phase, column)
-                    out.append((ag, start, start))
+                    out.append(LayerCollective(ag, start))
                 end = where.after(phase, row)
-                out.append((rs if par.sequence_parallel else ar, end, end))
+                out.append(LayerCollective(rs if par.sequence_parallel else ar, end))
             return out
 
-        def block_cp(phase: str) -> list[tuple[CollectivePlan, float, float]]:
+        def block_cp(phase: str) -> list[LayerCollective]:
             """The blocking collectives of context parallelism in a block's ``phase``, each with where
             it runs: Ulysses' all-to-alls inside each group around the attention (queries, keys and
             values in before it, the output out after it; their gradients the other way round in the
@@ -857,14 +852,14 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 qkv = group_plan("all_to_all", head_bytes * (rt.num_heads + 2 * rt.num_kv_heads), a2a, t)
                 out = group_plan("all_to_all", head_bytes * rt.num_heads, a2a, t)
                 first, second = (out, qkv) if phase == "backward" else (qkv, out)
-                return [(first, before, before), (second, after, after)]
+                return [LayerCollective(first, before), LayerCollective(second, after)]
             if comm == "all_gather":
-                gather = (group_plan("all_gather", kv_bytes * cp, cp, t), before, before)
-                return [gather, (group_plan("reduce_scatter", kv_bytes * cp, cp, t), after, after)] \
+                gather = LayerCollective(group_plan("all_gather", kv_bytes * cp, cp, t), before)
+                return [gather, LayerCollective(group_plan("reduce_scatter", kv_bytes * cp, cp, t), after)] \
                     if phase == "backward" else [gather]
             return []
 
-        def block_ep(phase: str) -> list[tuple[CollectivePlan, float, float]]:
+        def block_ep(phase: str) -> list[LayerCollective]:
             """A mixture-of-experts block's all-to-alls: the tokens to their experts after the
             dispatch and back before the combine; in the backward the gradients of the combined
             tokens to the experts after the combine's backward, and of the experts' inputs back once
@@ -876,7 +871,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 there, back = where.after(phase, "combine"), where.after(phase, "fc1", "dgrad")
             else:
                 there, back = where.after(phase, "dispatch"), where.before(phase, "combine")
-            return [(plan, there, there), (plan, back, back)]
+            return [LayerCollective(plan, there), LayerCollective(plan, back)]
 
         P = p * v
         per_chunk = r.num_layers // P
@@ -896,11 +891,11 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             # the embedding's output is reduce-scattered to the sequence shards, and their gradients
             # all-gathered back; the head gathers its input and reduce-scatters that input's gradient
             rs, ag = group_plan("reduce_scatter", tp_ar, t, 1), group_plan("all_gather", tp_ar, t, 1)
-            embedding_comm = ([(rs, 1.0, 1.0)], [(ag, 0.0, 0.0)])
-            head_comm = ([(ag, 0.0, 0.0)], [(rs, 1.0, 1.0)])
+            embedding_comm = ([LayerCollective(rs)], [LayerCollective(ag, 0.0)])
+            head_comm = ([LayerCollective(ag, 0.0)], [LayerCollective(rs)])
         else:
             # the vocabulary-parallel embedding's partial lookups are summed; the head's input gradient
-            ar = [(group_plan("all_reduce", tp_ar, t, 1), 1.0, 1.0)] if t > 1 else []
+            ar = [LayerCollective(group_plan("all_reduce", tp_ar, t, 1))] if t > 1 else []
             embedding_comm, head_comm = (ar, []), ([], ar)
         # a block's gradients are finished with their weight-gradient kernels (a norm's with its
         # backward kernel), none during a recompute; where none is found, at a steady rate
@@ -937,12 +932,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 chunks.append(ChunkModel(
                     sum(forward_layer_s), sum(backward_layer_s), len(units),
                     layer_names=tuple(names),
-                    layer_comm_forward=tuple(tuple(x for x, _, _ in unit_comm[u][0]) for u in units),
-                    layer_comm_backward=tuple(tuple(x for x, _, _ in unit_comm[u][1]) for u in back),
-                    layer_comm_forward_at=tuple(tuple(a for _, a, _ in unit_comm[u][0]) for u in units),
-                    layer_comm_backward_at=tuple(tuple(a for _, a, _ in unit_comm[u][1]) for u in back),
-                    layer_comm_forward_until=tuple(tuple(b for *_, b in unit_comm[u][0]) for u in units),
-                    layer_comm_backward_until=tuple(tuple(b for *_, b in unit_comm[u][1]) for u in back),
+                    layer_comm_forward=tuple(tuple(unit_comm[u][0]) for u in units),
+                    layer_comm_backward=tuple(tuple(unit_comm[u][1]) for u in back),
                     forward_layer_s=forward_layer_s, backward_layer_s=backward_layer_s,
                     grad_bytes=params * grad_b, param_bytes=params * weight_b,
                     layer_param_bytes=tuple(unit_params[u] * weight_b for u in units),
