@@ -399,6 +399,35 @@ def test_a_blocks_tensor_parallel_collectives_run_between_its_gemms(sequence_par
                                                           - sum(s.end_s - s.start_s for s in comm[:-1]))
 
 
+@pytest.mark.parametrize("sequence_parallel, names", [
+    (False, ["all_reduce", "all_reduce"]),
+    (True, ["all_gather", "all_gather", "reduce_scatter"] * 2)])
+def test_a_blocks_backward_runs_its_input_gradient_collectives_beside_the_weight_gradients(sequence_parallel,
+                                                                                            names):
+    # Megatron-LM's backward, the MLP then the attention: (the output gradient all-gathered before the
+    # row-parallel GEMM;) the column-parallel GEMM's input gradient all-reduced (reduce-scattered)
+    # beside its weight gradient; with sequence parallelism its input all-gathered again beside its
+    # data gradient first. The blocking all-gathers before the row-parallel GEMMs add their time to
+    # the layer's; those beside the GEMMs are shorter than them and only take their SM share from
+    # the compute while they run.
+    w = load_workload("llama2_7b_train", ["config.num_layers=2", "parallelism.tensor=2",
+                                          f"parallelism.sequence_parallel={str(sequence_parallel).lower()}"])
+    r = simulate_system(load_hardware("dgx_h100"), w, record_spans=True)
+    layer = next(s for s in r.spans if s.track == "stage 0 layers" and s.name == "B0 layer 0")
+    comm = sorted((s for s in r.spans if s.track == "stage 0 NVLink port" and s.name.endswith("B0 layer 0")),
+                  key=lambda s: s.start_s)
+    assert [s.name.split()[0] for s in comm] == names
+    assert all(layer.start_s < s.start_s and s.end_s < layer.end_s for s in comm)
+    from gpusim.engine.collectives import fabric_of
+
+    blocking = comm[0::3] if sequence_parallel else []
+    beside = [s for s in comm if s not in blocking]
+    share = fabric_of(load_hardware("dgx_h100")).collective_sm_fraction
+    assert layer.end_s - layer.start_s == pytest.approx(dict(layer.args)["compute_s"]
+                                                        + sum(s.end_s - s.start_s for s in blocking)
+                                                        + share * sum(s.end_s - s.start_s for s in beside))
+
+
 @pytest.mark.parametrize("overlap,step_s,exposed_s", [(True, 4.6, 0.6), (False, 5.2, 1.2)])
 def test_zero3_gathers_each_layer_before_it_runs_and_reduce_scatters_its_gradients_after(overlap, step_s, exposed_s):
     # One stage, one micro-batch of two layers with 1 s of forward and 1 s of backward compute each;

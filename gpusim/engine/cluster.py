@@ -815,9 +815,12 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             before the column-parallel GEMM and a reduce-scatter after the row-parallel one. Backward
             (the MLP first): the column-parallel GEMM's input gradient is all-reduced (with sequence
             parallelism reduce-scattered) beside its weight-gradient GEMM, from the end of its data
-            gradient to the end of its weight gradient (with ``tp_wgrad_overlap``; else after it);
-            with sequence parallelism the row-parallel GEMM's output gradient is all-gathered before
-            its backward."""
+            gradient to the end of its weight gradient (with ``tp_wgrad_overlap``; else after it).
+            With sequence parallelism the row-parallel GEMM's output gradient is all-gathered before
+            its backward, and the column-parallel GEMM's input, kept only as this rank's sequence
+            shard, is all-gathered again for its weight gradient, beside its data gradient (before it
+            without ``tp_wgrad_overlap``): Megatron-LM's and Transformer Engine's linear layers save
+            the sharded input, trading this second gather for the memory."""
             if t <= 1:
                 return []
             ar, rs, ag = (group_plan(c, tp_ar, t, 1) for c in ("all_reduce", "reduce_scatter", "all_gather"))
@@ -825,8 +828,10 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             if phase == "backward":
                 for column, row in (("fc1", "fc2"), ("qkv", "proj")):
                     if par.sequence_parallel:
-                        start = where.before(phase, row)
-                        out.append(LayerCollective(ag, start))
+                        out.append(LayerCollective(ag, where.before(phase, row)))
+                        start = where.before(phase, column, "dgrad")
+                        out.append(LayerCollective(ag, start, where.after(phase, column, "dgrad")
+                                                   if par.tp_wgrad_overlap else None))
                     end = where.after(phase, column)
                     start = where.after(phase, column, "dgrad") if par.tp_wgrad_overlap else end
                     out.append(LayerCollective(rs if par.sequence_parallel else ar, start, end))
