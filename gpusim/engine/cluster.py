@@ -693,7 +693,7 @@ def _simulate_ops(hardware, workload, launch_mode, record_spans, notes) -> Simul
 
 
 def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> SimulationResult:
-    from gpusim.workload.expand import training_nodes
+    from gpusim.workload.expand import lower_layer, training_nodes
     from gpusim.workload.models import transformer as T
     from gpusim.workload.ops import Matmul, dtype_bytes
     from gpusim.workload.precision import policy as precision_policy
@@ -769,6 +769,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         unit_params: dict[str, float] = {}
         unit_tensors: dict[str, tuple[float, ...]] = {}
         unit_tensor_ops: dict[str, tuple[str, ...]] = {}
+        unit_kernels: dict[str, Any] = {}
         for key, layer in units.items():
             nodes = training_nodes([layer], fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
                                    micro_batches=m, optimizer=spec.optimizer_name, policy=pol)
@@ -776,10 +777,12 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             unit_times[key], res = _phase_times(hardware, nodes, f"{workload.name}.{key}", spec, launch_mode)
             unit_params[key] = float(layer.num_parameters())
             # the unit's weight tensors, last first: the backward finishes their gradients in that order
-            unit_tensors[key] = tuple(float(f.num_parameters) for f in reversed(layer.ops) if f.num_parameters > 0)
-            unit_tensor_ops[key] = tuple(f.name for f in reversed(layer.ops) if f.num_parameters > 0)
-            if key == "block":
-                kernels = res.kernels
+            # (as its kernels hold them: a bias fused into its GEMM's epilogue is finished with it)
+            held = [f for f in reversed(lower_layer(layer.ops, spec.fusion, True)) if f.num_parameters > 0]
+            unit_tensors[key] = tuple(float(f.num_parameters) for f in held)
+            unit_tensor_ops[key] = tuple(f.name for f in held)
+            unit_kernels[key] = res.kernels
+        kernels = unit_kernels["block"]
         h = r.hidden_size
         ring_wait_f = ring_wait_b = ring_bytes_f = ring_bytes_b = 0.0
         kv_bytes = 2.0 * spec.batch_size * seq * rt.num_kv_heads * r.head_dim * act_bytes  # this GPU's share
@@ -902,10 +905,18 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             # the vocabulary-parallel embedding's partial lookups are summed; the head's input gradient
             ar = [LayerCollective(group_plan("all_reduce", tp_ar, t, 1))] if t > 1 else []
             embedding_comm, head_comm = (ar, []), ([], ar)
-        # a block's gradients are finished with their weight-gradient kernels (a norm's with its
-        # backward kernel), none during a recompute; where none is found, at a steady rate
-        ready = [where.ready(name) for name in unit_tensor_ops["block"]]
-        block_grads_at = tuple(ready) if None not in ready else ()
+        # a unit's gradients are finished with their weight-gradient kernels (a norm's or an
+        # embedding's with its one backward kernel), none during a recompute; where one is not
+        # found, the unit's at a steady rate
+        grads_at: dict[str, tuple[float, ...]] = {}
+        for u, unit_k in unit_kernels.items():
+            timeline = where if u == "block" else _BlockTimeline(unit_k)
+            ready = [timeline.ready(name) for name in unit_tensor_ops[u]]
+            grads_at[u] = tuple(ready) if None not in ready else ()
+            lost = [name for name, at in zip(unit_tensor_ops[u], ready) if at is None]
+            if lost:
+                warnings.append(f"the {u} has no weight-gradient kernels named {', '.join(lost)}: its gradients "
+                                "reach their buckets at a steady rate through its backward")
         if where.missing:
             names = ", ".join(sorted({f"{name}{'.' + part if part else ''} ({phase})" for phase, name, part in where.missing}))
             warnings.append(f"the block has no kernels named {names}: the collectives that follow or precede them "
@@ -943,7 +954,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                     grad_bytes=params * grad_b, param_bytes=params * weight_b,
                     layer_param_bytes=tuple(unit_params[u] * weight_b for u in units),
                     grad_layers=tuple(tuple(n * grad_b for n in unit_tensors[u]) for u in back),
-                    grad_layers_at=tuple(block_grads_at if u == "block" else () for u in back),
+                    grad_layers_at=tuple(grads_at[u] for u in back),
                     send_bytes=tp_ar / t,
                     layer_ring_forward=tuple(ring_plan_f if u == "block" else None for u in units),
                     layer_ring_backward=tuple(ring_plan_b if u == "block" else None for u in back),
@@ -1047,8 +1058,9 @@ class _BlockTimeline:
 
     def ready(self, name: str) -> float | None:
         """Where the gradient of op ``name``'s weights is finished in the backward: after its
-        weight-gradient kernel, or its one backward kernel (a norm's); None if it has none."""
-        for part in ("wgrad", "grad"):
+        weight-gradient kernel, its bias-gradient reduction (a bias added on its own), or its one
+        backward kernel (a norm's, an embedding's); None if it has none."""
+        for part in ("wgrad", "bias_grad", "grad"):
             if any(ph == "backward" and op == name and pt == part for ph, op, pt, _ in self.passes["backward"]):
                 return self._edge("backward", name, True, part)
         return None
