@@ -548,3 +548,39 @@ def test_gradient_buckets_leave_where_their_weight_gradients_finish():
     stats = run_step(None, [StageModel([chunk])], lp, record_spans=True)
     starts = sorted(s.start_s for s in stats.spans if s.name.startswith("all_reduce grad"))
     assert starts == pytest.approx([2.5, 3.0]) and stats.step_s == pytest.approx(3.1)
+
+
+@pytest.mark.parametrize("clip, step_s", [(True, 4.35), (False, 4.3)])
+def test_every_stage_waits_for_the_global_gradient_norm_before_its_update(clip, step_s):
+    # Two stages, one micro-batch, 1 s per pass: stage 0 computes 0-1 and 3-4 s, stage 1 1-3 s.
+    # Each takes its local gradient norm in 0.1 s, then (clipping) both meet at 4.1 s and all-reduce
+    # it in 0.05 s, then update in 0.2 s: both end at 4.35 s, stage 1 having waited 3.1-4.1 s for
+    # stage 0's norm. Without the norm each stage updates alone: stage 0 ends at 4.3 s, stage 1 at
+    # 3.3 s and idles to the step's end. Either way each stage idles 2 s in all.
+    stages = [StageModel([ChunkModel(1.0, 1.0, 1)], optimizer_s=0.3, grad_norm_s=0.1) for _ in range(2)]
+    lp = LayoutPlan("1f1b", 2, 1, 1, norm_plan=_per_gb_plan(0.05)("all_reduce", 1e9) if clip else None)
+    stats = run_step(None, stages, lp, record_spans=True)
+    assert stats.step_s == pytest.approx(step_s)
+    assert stats.optimizer_s == pytest.approx(0.3)
+    assert stats.exposed_comm_s == pytest.approx(0.05 if clip else 0.0)
+    assert stats.bubble_s == pytest.approx(2.0)
+    assert stats.compute_s + stats.exposed_comm_s + stats.bubble_s + stats.optimizer_s == pytest.approx(step_s)
+    assert {s.name for s in stats.spans if s.name.endswith("gradient norm")} == ({"all_reduce gradient norm"}
+                                                                               if clip else set())
+    with pytest.raises(ValueError):
+        StageModel([ChunkModel(1.0, 1.0, 1)], optimizer_s=0.1, grad_norm_s=0.2)
+
+
+def test_gradient_clipping_adds_a_norm_pass_over_the_gradients_and_its_all_reduce():
+    # Llama-2 7B (2 layers) on TP 2 x PP 2: the optimizer phase gains a sum-of-squares kernel per
+    # layer reading its gradients (BF16, 2 bytes per parameter), and the step an all-reduce of one
+    # number over the 4 GPUs
+    base = ["config.num_layers=2", "parallelism.tensor=2", "parallelism.pipeline=2", "parallelism.microbatches=2"]
+    runs = {clip: simulate_system(load_hardware("dgx_h100"), load_workload(
+        "llama2_7b_train", base + [f"gradient_clipping={str(clip).lower()}"]), record_spans=True)
+        for clip in (True, False)}
+    assert runs[True].step_time_s > runs[False].step_time_s
+    assert runs[True].time_breakdown_s["optimizer"] > runs[False].time_breakdown_s["optimizer"]
+    assert sorted(s.track for s in runs[True].spans if s.name == "all_reduce gradient norm") == [
+        "stage 0 NVLink port", "stage 1 NVLink port"]
+    assert not [s for s in runs[False].spans if "gradient norm" in s.name]

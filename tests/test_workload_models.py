@@ -171,3 +171,20 @@ def test_every_builtin_workload_loads_expands_and_reports_memory(name):
         assert key in info["memory"]
     if w.kind == "model" and w.mode == "train":
         assert {"forward", "backward", "optimizer"} <= set(w.graph.phases())
+
+
+def test_gradient_clipping_reads_every_gradient_once_before_the_updates():
+    # mlp_mnist in FP32: 669,706 parameters in three layers. The optimizer phase starts with one
+    # sum-of-squares pass per layer reading its gradients (4 bytes each, 2 FLOP each), then the
+    # updates; without clipping, only the updates
+    clipped = load_workload("mlp_mnist", ["mode=train", "precision=fp32"])
+    plain = load_workload("mlp_mnist", ["mode=train", "precision=fp32", "gradient_clipping=false"])
+    norms = [n for n in clipped.graph.nodes if n.name.endswith(".grad_norm")]
+    params = clipped.num_parameters
+    assert params == 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
+    assert sum(n.op.bytes_read() for n in norms) == 4 * params
+    assert sum(n.op.vector_flop() for n in norms) == 2 * params
+    optimizer = [n.name for n in clipped.graph.nodes if n.phase == "optimizer"]
+    assert optimizer[:len(norms)] == [n.name for n in norms]
+    assert [(n.name, n.op) for n in plain.graph.nodes if n.phase == "optimizer"] == [
+        (n.name, n.op) for n in clipped.graph.nodes if n.phase == "optimizer" and not n.name.endswith(".grad_norm")]

@@ -221,6 +221,13 @@ class LayerStep:
 class StageModel:
     chunks: list[ChunkModel]
     optimizer_s: float = 0.0
+    grad_norm_s: float = 0.0
+    """The part of ``optimizer_s`` that takes the stage's local gradient norm, before the norm's
+    all-reduce (``LayoutPlan.norm_plan``); the rest, the update, runs after it."""
+
+    def __post_init__(self):
+        if not 0 <= self.grad_norm_s <= self.optimizer_s:
+            raise ValueError("StageModel's gradient norm is part of its optimizer time")
 
 
 @dataclass
@@ -243,6 +250,10 @@ class LayoutPlan:
     """The all-reduce of tied embedding gradients between the first and the last stage, which each
     hold a copy (Megatron-LM's embedding group), after their gradients are reduced and before the
     optimizer; None: no such copy."""
+    norm_plan: Any = None
+    """The all-reduce of the gradient norm's local sums over every GPU holding a distinct share of
+    the gradients: every stage takes its local norm, then waits for all of them and this all-reduce
+    before its update (gradient clipping); None: no global norm, or no other GPU to reduce it with."""
 
 
 @dataclass
@@ -607,13 +618,28 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             yield from flow(lp.tied_plan, s, label="tied embedding gradients")
             stats[s]["comm"] += env.now - t0
         t0 = env.now
-        yield env.timeout(st.optimizer_s)
-        stats[s]["optimizer"] += env.now - t0
+        update_s = st.optimizer_s
+        if lp.norm_plan is not None:
+            # the local gradient norm, then every stage meets to all-reduce it
+            yield env.timeout(st.grad_norm_s)
+            stats[s]["optimizer"] += env.now - t0
+            update_s -= st.grad_norm_s
+            norm_ready[s].succeed()
+            t1 = env.now
+            yield env.all_of(norm_ready)
+            stats[s]["bubble"] += env.now - t1
+            t1 = env.now
+            yield from flow(lp.norm_plan, s, label="gradient norm")
+            stats[s]["comm"] += env.now - t1
+        t1 = env.now
+        yield env.timeout(update_s)
+        stats[s]["optimizer"] += env.now - t1
         if record_spans and st.optimizer_s > 0:
             spans.append(Span(stage_track(s, "compute"), "optimizer", t0, env.now))
         stats[s]["end"] = env.now
 
     tied_ready = {s: env.event() for s in (0, p - 1)} if p > 1 else {}
+    norm_ready = [env.event() for _ in range(p)]
     for s in range(p):
         env.process(dp_stream(s))
         env.process(stage_proc(s))
@@ -770,9 +796,11 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         unit_tensors: dict[str, tuple[float, ...]] = {}
         unit_tensor_ops: dict[str, tuple[str, ...]] = {}
         unit_kernels: dict[str, Any] = {}
+        unit_norm_s: dict[str, float] = {}
         for key, layer in units.items():
             nodes = training_nodes([layer], fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
-                                   micro_batches=m, optimizer=spec.optimizer_name, policy=pol)
+                                   micro_batches=m, optimizer=spec.optimizer_name, policy=pol,
+                                   clip_gradients=spec.gradient_clipping)
             nodes = [dataclasses.replace(n, repeat=1) if n.phase != "optimizer" else n for n in nodes]
             unit_times[key], res = _phase_times(hardware, nodes, f"{workload.name}.{key}", spec, launch_mode)
             unit_params[key] = float(layer.num_parameters())
@@ -782,6 +810,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             unit_tensors[key] = tuple(float(f.num_parameters) for f in held)
             unit_tensor_ops[key] = tuple(f.name for f in held)
             unit_kernels[key] = res.kernels
+            unit_norm_s[key] = sum(k.time_s + k.launch_gap_s for k in res.kernels if k.node.endswith(".grad_norm"))
         kernels = unit_kernels["block"]
         h = r.hidden_size
         ring_wait_f = ring_wait_b = ring_bytes_f = ring_bytes_b = 0.0
@@ -933,13 +962,14 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         stages = []
         for s in range(p):
             chunks = []
-            opt = 0.0
+            opt = norm = 0.0
             for c in range(v):
                 vs = c * p + s
                 units = ["embedding"] * (vs == 0) + ["block"] * per_chunk + ["head"] * (vs == P - 1)
                 back = units[::-1]
                 params = sum(unit_params[u] for u in units)
                 opt += sum(unit_times[u].get("optimizer", 0.0) for u in units)
+                norm += sum(unit_norm_s[u] for u in units)
                 first = vs * per_chunk  # the model's index of the chunk's first block
                 names = (["embedding"] * (vs == 0) + [f"layer {first + k}" for k in range(per_chunk)]
                          + ["head"] * (vs == P - 1))
@@ -961,20 +991,32 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                     layer_ring_wait_forward_s=tuple(ring_wait_f if u == "block" else 0.0 for u in units),
                     layer_ring_wait_backward_s=tuple(ring_wait_b if u == "block" else 0.0 for u in back)))
             if par.zero_stage >= 1:
-                opt /= d * cp
-            stages.append(StageModel(chunks, opt))
+                opt, norm = opt / (d * cp), norm / (d * cp)
+            stages.append(StageModel(chunks, opt, norm))
     else:
         phases, res = _phase_times(hardware, list(workload.graph.nodes), workload.name, spec, launch_mode)
         kernels = res.kernels
         params = float(workload.num_parameters)
         layers_with_params = len({n.layer for n in workload.graph.nodes if n.phase == "optimizer"}) or 1
-        opt = phases.get("optimizer", 0.0) / (d if par.zero_stage >= 1 else 1)
+        shards = d if par.zero_stage >= 1 else 1
+        norm = sum(k.time_s + k.launch_gap_s for k in kernels if k.node.endswith(".grad_norm")) / shards
         stages = [StageModel([ChunkModel(phases.get("forward", 0.0),
                                          phases.get("backward", 0.0) + phases.get("recompute", 0.0),
                                          layers_with_params, grad_bytes=params * grad_b,
-                                         param_bytes=params * weight_b)], opt)]
+                                         param_bytes=params * weight_b)], phases.get("optimizer", 0.0) / shards,
+                             norm)]
         m = 1
     pp_stride = t * cp * d  # Megatron's rank order: tensor fastest, then context, data, pipeline
+    # the gradient norm's group: every GPU with distinct gradients (each rank of a tensor, pipeline
+    # and expert split, and with ZeRO each data-parallel shard), as many of them on a node as hold
+    # consecutive ranks
+    if par.zero_stage >= 1:
+        norm_gpus, norm_per_node = n_gpus, min(gpn, n_gpus)
+    else:
+        norm_gpus = t * p * par.expert
+        norm_per_node = min(norm_gpus, t * max(1, gpn // pp_stride if pp_stride < gpn else 1))
+    norm_plan = (plan_collective("all_reduce", 4.0, norm_gpus, fabric, gpus_per_node=norm_per_node)
+                 if training and spec.gradient_clipping and norm_gpus > 1 else None)
 
     def stage_send(nbytes: float, src: int, dst: int) -> CollectivePlan:
         """A send from stage ``src`` to stage ``dst``: over NVLink when their GPUs share a node, else
@@ -999,6 +1041,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         # the gradient reduction and ZeRO sharding span every GPU holding the same weights
         dp_plan=(lambda coll, nbytes: group_plan(coll, nbytes, d * cp, t)) if d * cp > 1 else None,
         p2p_plan=stage_send if p > 1 else None,
+        norm_plan=norm_plan,
         tied_plan=plan_collective("all_reduce", tied * grad_b, 2, fabric,
                                   gpus_per_node=2 if (p - 1) * pp_stride < gpn else 1) if lm and tied else None,
     )

@@ -354,7 +354,8 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
     def make_nodes(fusion: str) -> list[OpNode]:
         if training:
             return training_nodes(layers, fusion=fusion, checkpointing=spec.activation_checkpointing,
-                                  micro_batches=ga, optimizer=spec.optimizer_name, policy=p)
+                                  micro_batches=ga, optimizer=spec.optimizer_name, policy=p,
+                                  clip_gradients=spec.gradient_clipping)
         if r is None:
             return forward_nodes(layers, fusion=fusion, phase="forward")
         return _inference_nodes(spec, r, p, fusion, details)

@@ -753,13 +753,13 @@ class Reduction(Op):
     def __post_init__(self) -> None:
         _positive(self, "num_elements", "num_outputs")
         _check_dtype(self, VECTOR_DTYPES)
-        if self.function not in ("sum", "mean", "max", "min"):
+        if self.function not in ("sum", "mean", "max", "min", "sum_squares"):
             raise ValueError(f"reduction: unknown function {self.function!r}")
         if self.num_outputs > self.num_elements:
             raise ValueError("reduction: more outputs than inputs")
 
     def vector_flop(self) -> float:
-        return float(self.num_elements)
+        return float(self.num_elements) * (2.0 if self.function == "sum_squares" else 1.0)
 
     def bytes_read(self) -> float:
         return self.num_elements * dtype_bytes(self.dtype)

@@ -431,6 +431,12 @@ class ModelWorkloadSpec(Spec):
     precision: Literal[PRECISIONS] = "bf16"  # type: ignore[valid-type]
     optimizer: Optional[Literal["sgd", "momentum", "adam", "adamw"]] = None
     """Training only; default adamw."""
+    gradient_clipping: bool = True
+    """Training only: the optimizer step first takes the global norm of the gradients (a kernel
+    reading each GPU's gradients, then an all-reduce of one number over the GPUs holding distinct
+    shares of them, which every pipeline stage waits for), as Megatron-LM, NeMo, Hugging Face's
+    Trainer, Composer and torchtitan do by default (clipping at 1.0). The rescale applied when the
+    norm exceeds the threshold depends on the run's data and is not simulated."""
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
     gradient_accumulation_steps: count(le=10**6) = 1
     fusion: Literal["none", "attention_only", "default", "megatron"] = "default"
