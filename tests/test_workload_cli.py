@@ -36,7 +36,15 @@ def test_show_names_the_fullest_pipeline_stage(capsys):
     assert main(["workload", "show", "llama2_7b_train", "--set", "parallelism.pipeline=4"]) == 0
     assert "memory per GPU (pipeline stage 3, the fullest):" in capsys.readouterr().out
     assert main(["workload", "show", "llama2_7b_train", "--set", "parallelism.pipeline=4", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["memory"]["pipeline_stage"] == 3
+    info = json.loads(capsys.readouterr().out)
+    assert info["memory"]["pipeline_stage"] == 3
+    # and lists every stage's footprint, the fullest among them
+    assert [st["pipeline_stage"] for st in info["memory_by_stage"]] == [0, 1, 2, 3]
+    assert max(st["total_bytes"] for st in info["memory_by_stage"]) == info["memory"]["total_bytes"]
+    assert main(["workload", "show", "llama2_7b_train", "--set", "parallelism.pipeline=4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = lines[lines.index("  per pipeline stage:") + 1:][:5]
+    assert table[0].split()[0] == "stage" and [row.split()[0] for row in table[1:]] == ["0", "1", "2", "3"]
 
 
 def test_show_set_error_exit_2(capsys):

@@ -262,3 +262,23 @@ def test_in_flight_micro_batches_match_the_step_engines_schedule():
                             peak = max(peak, live)
                         assert pipeline_microbatches_in_flight(schedule, p, m, v, s) == pytest.approx(peak / v), \
                             (schedule, p, v, m, s)
+
+
+def test_each_pipeline_stage_counts_the_workspace_of_its_own_kernels():
+    # Llama 3 8B (sequence 8192, micro-batch 1, BF16) on 4 stages: each stage's workspace is the
+    # library's 32 MiB plus the largest output its own kernels write. The first stage's is the
+    # embedding's dense gradient table (128,256 x 4,096 x 2 B), the last's the head's logits
+    # (8,192 x 128,256 x 2 B), the middle stages' the MLP's fused gate and up projections
+    # (8,192 x 2 x 14,336 x 2 B). The footprint reported is the fullest stage's.
+    from gpusim.workload.memory import LIBRARY_WORKSPACE_BYTES
+
+    w = load_workload("llama3_8b_train", ["parallelism.pipeline=4", "parallelism.microbatches=8"])
+    stages = w.memory_by_stage
+    assert [m.pipeline_stage for m in stages] == [0, 1, 2, 3]
+    block = 8192 * 2 * 14336 * 2
+    assert [m.workspace_bytes - LIBRARY_WORKSPACE_BYTES for m in stages] == [
+        128256 * 4096 * 2, block, block, 8192 * 128256 * 2]
+    assert w.memory == max(stages, key=lambda m: m.total_bytes)
+    assert w.summary()["memory_by_stage"][1]["workspace_bytes"] == LIBRARY_WORKSPACE_BYTES + block
+    # without a pipeline there are no stages to list
+    assert load_workload("llama3_8b_train").memory_by_stage == ()

@@ -110,6 +110,18 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("weights_bytes", "weights"), ("gradients_bytes", "gradients"), ("optimizer_bytes", "optimizer"),
         ("activations_bytes", "activations"), ("kv_cache_bytes", "KV cache"), ("workspace_bytes", "workspace"))
         if m[key]) + f"; total {_bytes(m['total_bytes'])}")
+    if info.get("memory_by_stage"):
+        columns = (("weights_bytes", "weights"), ("gradients_bytes", "gradients"), ("optimizer_bytes", "optimizer"),
+                   ("activations_bytes", "activations"), ("kv_cache_bytes", "KV cache"),
+                   ("workspace_bytes", "workspace"), ("total_bytes", "total"))
+        shown = [(key, label) for key, label in columns if any(st[key] for st in info["memory_by_stage"])]
+        rows = [("stage",) + tuple(label for _, label in shown)]
+        rows += [(str(st["pipeline_stage"]),) + tuple(_bytes(st[key]) for key, _ in shown)
+                 for st in info["memory_by_stage"]]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        print("  per pipeline stage:")
+        for r in rows:
+            print("    " + "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
     if "fits" in info:
         f = info["fits"]
         verdict = "fits" if f["fits"] else f"does not fit: {_bytes(f['shortfall_bytes'])} short"

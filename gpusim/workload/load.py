@@ -68,12 +68,15 @@ class Workload:
     tokens_per_step: int | None
     model_flop_per_step: float
     memory: MemoryFootprint
+    """The footprint of the fullest GPU: under a pipeline, the fullest stage's."""
     fusion: FusionSummary
     precision: str | None = None
     parallelism: Any = None
     details: dict = field(default_factory=dict, compare=False)
     notes: tuple[str, ...] = ()
     """Warnings about the workload itself that every run of it carries."""
+    memory_by_stage: tuple[MemoryFootprint, ...] = ()
+    """Each pipeline stage's footprint, first to last (empty without a pipeline)."""
 
     def flop_per_step(self) -> float:
         """Every FLOP of the step: training forward + backward + recompute + optimizer; inference the
@@ -103,6 +106,7 @@ class Workload:
             "num_nodes": len(g),
             "num_distinct_ops": len(g.distinct_ops()),
             "memory": self.memory.to_dict(),
+            **({"memory_by_stage": [m.to_dict() for m in self.memory_by_stage]} if self.memory_by_stage else {}),
             "fusion": {"mode": self.fusion.mode, "num_kernels_removed": self.fusion.num_kernels_removed,
                        "bytes_saved": self.fusion.bytes_saved},
             "parallelism": self.parallelism.model_dump() if self.parallelism is not None else None,
@@ -388,9 +392,19 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
 
     # memory
     from gpusim.workload.ops import OptimizerUpdate, dtype_bytes
-    # a library workspace and the largest output a kernel writes (the whole model's, on every stage)
-    largest_output = max((n.op.bytes_written() for n in graph.nodes if n.phase != "optimizer"), default=0.0)
-    workspace = LIBRARY_WORKSPACE_BYTES + largest_output / par.tensor
+    # a library workspace and the largest output a kernel of the GPU's layers writes: the largest
+    # output of each layer (by name: ``layer3.fc1``, ``prefill.layer3.fc1``; None for a kernel of no
+    # layer, which every stage counts)
+    names = {layer.name for layer in layers}
+    written: dict[str | None, float] = {}
+    for n in graph.nodes:
+        if n.phase != "optimizer":
+            owner = next((part for part in n.name.split(".")[:2] if part in names), None)
+            written[owner] = max(written.get(owner, 0.0), n.op.bytes_written())
+
+    def workspace_of(held: Sequence) -> float:
+        largest = max([written.get(None, 0.0)] + [written.get(layer.name, 0.0) for layer in held])
+        return LIBRARY_WORKSPACE_BYTES + largest / par.tensor
     # each pipeline stage holds its own layers (the first the embedding, the last the head)
     held_by_stage = stage_layers(layers, par.pipeline, par.virtual_stages) if r is not None else [list(layers)]
     if r is not None and par.pipeline > 1:
@@ -433,13 +447,12 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
                                                         par.virtual_stages, stage)
             kept, buffer = activations_of(held, spec.activation_checkpointing)
             activations = kept * in_flight + buffer  # one layer is recomputed at a time
-            return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace,
+            return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace_of(held),
                                    pipeline_stage=stage if par.pipeline > 1 else None)
 
         # each stage also holds the micro-batches its schedule keeps in flight; the footprint is the
         # largest stage's
-        memory = max((stage_footprint(s, held) for s, held in enumerate(held_by_stage)),
-                     key=lambda f: f.total_bytes)
+        by_stage = [stage_footprint(s, held) for s, held in enumerate(held_by_stage)]
         if spec.activation_checkpointing == "selective":
             kept_all = sum(activations_of(layers, "none"))
             saved = kept_all - sum(activations_of(layers, "selective"))
@@ -454,19 +467,20 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
                                                  weight_bytes=dtype_bytes(p.inference_weight_dtype),
                                                  grad_bytes=0, optimizer_state_bytes=0, tensor=par.tensor)
             activations = inference_activation_bytes(held, spec.fusion) / par.tensor
-            return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace,
+            return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace_of(held),
                                    pipeline_stage=stage if par.pipeline > 1 else None)
 
         # each stage holds its own layers' weights and its blocks' share of the KV cache
-        memory = max((serving_footprint(s, held) for s, held in enumerate(held_by_stage)),
-                     key=lambda f: f.total_bytes)
+        by_stage = [serving_footprint(s, held) for s, held in enumerate(held_by_stage)]
 
+    memory = max(by_stage, key=lambda f: f.total_bytes)
     samples = batch * ga if training else batch
     return Workload(
         name=spec.name, kind="model", mode=spec.mode, graph=graph, spec=spec, source=source,
         description=spec.description, num_parameters=int(num_parameters), samples_per_step=samples,
         tokens_per_step=tokens, model_flop_per_step=model_flop, memory=memory, fusion=fusion,
         precision=spec.precision, parallelism=par, details=details, notes=tuple(notes),
+        memory_by_stage=tuple(by_stage) if par.pipeline > 1 else (),
     )
 
 
