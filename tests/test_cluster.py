@@ -5,6 +5,7 @@ import pytest
 from gpusim.config import load_hardware
 from gpusim.engine.cluster import (ChunkModel, LayerCollective, LayoutPlan, StageModel, pipeline_order, run_step,
                                    simulate_system)
+from gpusim.engine.collectives import fabric_of
 from gpusim.errors import ConfigError
 from gpusim.workload import load_workload
 
@@ -99,7 +100,7 @@ def _one_stage_zero3_step(sm_fraction: float):
     # per GB).
     import dataclasses
 
-    from gpusim.engine.collectives import CollectivePlan, fabric_of
+    from gpusim.engine.collectives import CollectivePlan
 
     fabric = dataclasses.replace(fabric_of(load_hardware("dgx_h100")), collective_sm_fraction=sm_fraction)
     rate = fabric.intra_port_bytes_per_s
@@ -151,7 +152,7 @@ def _one_stage_tp_step(comm_s: float, overlap: bool, sm_fraction: float = 0.0):
     # tensor-parallel collectives that alone take comm_s on the port.
     import dataclasses
 
-    from gpusim.engine.collectives import CollectivePlan, fabric_of
+    from gpusim.engine.collectives import CollectivePlan
 
     fabric = dataclasses.replace(fabric_of(load_hardware("dgx_h100")), collective_sm_fraction=sm_fraction)
     rate = fabric.intra_port_bytes_per_s
@@ -375,6 +376,8 @@ def test_collectives_run_where_their_layer_places_them():
         LayerCollective(plan, 1.5)
     with pytest.raises(ValueError):
         ChunkModel(1.0, 0.0, 2, layer_comm_forward=((LayerCollective(plan),),))
+    with pytest.raises(TypeError):
+        ChunkModel(1.0, 0.0, 1, layer_comm_forward=((plan,),))
 
 
 @pytest.mark.parametrize("sequence_parallel, names", [
@@ -418,14 +421,50 @@ def test_a_blocks_backward_runs_its_input_gradient_collectives_beside_the_weight
                   key=lambda s: s.start_s)
     assert [s.name.split()[0] for s in comm] == names
     assert all(layer.start_s < s.start_s and s.end_s < layer.end_s for s in comm)
-    from gpusim.engine.collectives import fabric_of
-
     blocking = comm[0::3] if sequence_parallel else []
     beside = [s for s in comm if s not in blocking]
     share = fabric_of(load_hardware("dgx_h100")).collective_sm_fraction
     assert layer.end_s - layer.start_s == pytest.approx(dict(layer.args)["compute_s"]
                                                         + sum(s.end_s - s.start_s for s in blocking)
                                                         + share * sum(s.end_s - s.start_s for s in beside))
+
+
+def test_the_reduce_scatter_waits_for_the_second_all_gather():
+    # Llama-2 7B on TP 8 with sequence parallelism: the input's all-gather beside FC1's and QKV's
+    # data gradients outlasts them, and the input gradient's reduce-scatter starts only once it ends
+    # (one stream of collectives; Megatron-LM waits on the gather before it reduce-scatters)
+    w = load_workload("llama2_7b_train", ["config.num_layers=2", "parallelism.tensor=8",
+                                          "parallelism.sequence_parallel=true"])
+    r = simulate_system(load_hardware("dgx_h100"), w, record_spans=True)
+    comm = sorted((s for s in r.spans if s.track == "stage 0 NVLink port" and s.name.endswith("B0 layer 0")),
+                  key=lambda s: s.start_s)
+    assert [s.name.split()[0] for s in comm] == ["all_gather", "all_gather", "reduce_scatter"] * 2
+    for gather, scatter in ((comm[1], comm[2]), (comm[4], comm[5])):
+        assert scatter.start_s >= gather.end_s - 1e-12
+
+
+def test_expert_gemms_and_the_head_gather_what_their_frameworks_gather():
+    # Mixtral's experts get their inputs whole from the token dispatcher: with sequence parallelism
+    # only the attention's QKV gathers its input a second time in the backward. The head's output
+    # layer is column-parallel: it gathers its input after the final norm in the forward, and in the
+    # backward gathers it again beside its data gradient and reduce-scatters the input gradient
+    w = load_workload("mixtral_8x7b_train", ["config.num_layers=2", "batch_size=1", "parallelism.tensor=2", "parallelism.data=4", "parallelism.expert=4",
+                                             "parallelism.sequence_parallel=true", "activation_checkpointing=none"])
+    r = simulate_system(load_hardware("dgx_h100"), w, record_spans=True)
+    names = [part for s in sorted(r.spans, key=lambda s: s.start_s)
+             if s.track == "stage 0 NVLink port" and s.name.endswith("B0 layer 1") for part in s.name.split()[0].split("+")]
+    # the MLP: the output gradient's gather (with the first all-to-all), the input gradient's
+    # reduce-scatter; the attention: two gathers and a reduce-scatter
+    assert names.count("all_gather") == 3 and names.count("reduce_scatter") == 2 and names.count("all_to_all") == 2
+    w = load_workload("llama2_7b_train", ["config.num_layers=2", "parallelism.tensor=2",
+                                          "parallelism.sequence_parallel=true"])
+    r = simulate_system(load_hardware("dgx_h100"), w, record_spans=True)
+    head = {kind: [s.name.split()[0] for s in sorted(r.spans, key=lambda s: s.start_s)
+                   if s.track == "stage 0 NVLink port" and s.name.endswith(f"{kind}0 head")] for kind in "FB"}
+    assert head == {"F": ["all_gather"], "B": ["all_gather", "reduce_scatter"]}
+    layer = next(s for s in r.spans if s.track == "stage 0 layers" and s.name == "F0 head")
+    gather = next(s for s in r.spans if s.track == "stage 0 NVLink port" and s.name == "all_gather F0 head")
+    assert gather.start_s > layer.start_s  # after the final norm
 
 
 @pytest.mark.parametrize("overlap,step_s,exposed_s", [(True, 4.6, 0.6), (False, 5.2, 1.2)])
@@ -565,16 +604,15 @@ def test_every_stage_waits_for_the_global_gradient_norm_before_its_update(clip, 
     assert stats.exposed_comm_s == pytest.approx(0.05 if clip else 0.0)
     assert stats.bubble_s == pytest.approx(2.0)
     assert stats.compute_s + stats.exposed_comm_s + stats.bubble_s + stats.optimizer_s == pytest.approx(step_s)
-    assert {s.name for s in stats.spans if s.name.endswith("gradient norm")} == ({"all_reduce gradient norm"}
-                                                                               if clip else set())
+    assert {s.name for s in stats.spans if s.name.endswith("gradient norm")} == (
+        {"all_reduce gradient norm", "gradient norm"} if clip else set())
     with pytest.raises(ValueError):
         StageModel([ChunkModel(1.0, 1.0, 1)], optimizer_s=0.1, grad_norm_s=0.2)
 
 
 def test_gradient_clipping_adds_a_norm_pass_over_the_gradients_and_its_all_reduce():
     # Llama-2 7B (2 layers) on TP 2 x PP 2: the optimizer phase gains a sum-of-squares kernel per
-    # layer reading its gradients (BF16, 2 bytes per parameter), and the step an all-reduce of one
-    # number over the 4 GPUs
+    # layer, and the step an all-reduce of one number on every stage, between the norm and the update
     base = ["config.num_layers=2", "parallelism.tensor=2", "parallelism.pipeline=2", "parallelism.microbatches=2"]
     runs = {clip: simulate_system(load_hardware("dgx_h100"), load_workload(
         "llama2_7b_train", base + [f"gradient_clipping={str(clip).lower()}"]), record_spans=True)
@@ -583,4 +621,26 @@ def test_gradient_clipping_adds_a_norm_pass_over_the_gradients_and_its_all_reduc
     assert runs[True].time_breakdown_s["optimizer"] > runs[False].time_breakdown_s["optimizer"]
     assert sorted(s.track for s in runs[True].spans if s.name == "all_reduce gradient norm") == [
         "stage 0 NVLink port", "stage 1 NVLink port"]
+    for s in (0, 1):
+        compute = {x.name: x for x in runs[True].spans if x.track == f"stage {s} compute"}
+        reduced = next(x for x in runs[True].spans if x.track == f"stage {s} NVLink port"
+                       and x.name == "all_reduce gradient norm")
+        assert compute["gradient norm"].end_s <= reduced.start_s < reduced.end_s <= compute["optimizer"].start_s
     assert not [s for s in runs[False].spans if "gradient norm" in s.name]
+
+
+def test_zero_shards_the_experts_optimizer_work_only_over_the_gpus_holding_the_same_experts():
+    # Mixtral (2 layers) on 8 GPUs with 8-way expert parallelism: each GPU holds the dense weights
+    # (embedding and head 2 x 32,000 x 4,096, per layer attention 4,096 x (6,144 + 4,096) and a
+    # router) and one expert per layer (3 x 4,096 x 14,336). ZeRO-1 splits the dense weights' update
+    # over the 8 GPUs but cannot split an expert that only one GPU holds: the optimizer takes
+    # f + (1 - f) / 8 of its time without ZeRO, f the experts' share of the GPU's parameters
+    dense = 2 * 32000 * 4096 + 2 * (4096 * (6144 + 4096) + 4096 * 8 + 2 * 4096) + 4096
+    experts = 2 * 3 * 4096 * 14336
+    f = experts / (experts + dense)
+    optimizer_s = {}
+    for zero in (0, 1):
+        w = load_workload("mixtral_8x7b_train", ["config.num_layers=2", "batch_size=1", "parallelism.data=8",
+                                                 "parallelism.expert=8", f"parallelism.zero_stage={zero}"])
+        optimizer_s[zero] = simulate_system(load_hardware("dgx_h100"), w).time_breakdown_s["optimizer"]
+    assert optimizer_s[1] / optimizer_s[0] == pytest.approx(f + (1 - f) / 8, rel=0.01)

@@ -186,5 +186,8 @@ def test_gradient_clipping_reads_every_gradient_once_before_the_updates():
     assert sum(n.op.vector_flop() for n in norms) == 2 * params
     optimizer = [n.name for n in clipped.graph.nodes if n.phase == "optimizer"]
     assert optimizer[:len(norms)] == [n.name for n in norms]
+    # in BF16 the gradients are read at 2 bytes each
+    bf16 = load_workload("mlp_mnist", ["mode=train", "precision=bf16"])
+    assert sum(n.op.bytes_read() for n in bf16.graph.nodes if n.name.endswith(".grad_norm")) == 2 * params
     assert [(n.name, n.op) for n in plain.graph.nodes if n.phase == "optimizer"] == [
         (n.name, n.op) for n in clipped.graph.nodes if n.phase == "optimizer" and not n.name.endswith(".grad_norm")]

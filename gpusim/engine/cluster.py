@@ -170,6 +170,9 @@ class ChunkModel:
                      "layer_ring_backward", "layer_ring_wait_forward_s", "layer_ring_wait_backward_s"):
             if getattr(self, name) and len(getattr(self, name)) != n:
                 raise ValueError(f"ChunkModel.{name} has {len(getattr(self, name))} entries for {n} layers")
+        if any(not isinstance(c, LayerCollective) for layers in (self.layer_comm_forward, self.layer_comm_backward)
+               for layer in layers for c in layer):
+            raise TypeError("ChunkModel's layer collectives are LayerCollective: a plan and where it runs")
 
     def layer_steps(self, kind: str) -> list[LayerStep]:
         """The pass's layers in the order it runs them (``kind`` "F" or "B"), comm plans not merged."""
@@ -493,7 +496,9 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             i = 0
             while i < len(marks) or any(d < 1.0 for d, _ in pending):
                 due = min((d for d, _ in pending), default=2.0)
-                if i < len(marks) and marks[i][0] <= due:
+                # a deadline at the fraction where a collective starts is met first: the next
+                # collective on the stream waits for the one before it (Megatron-LM's handle.wait())
+                if i < len(marks) and marks[i][0] < due:
                     f, kind_, what = marks[i]
                     i += 1
                 else:  # a collective's deadline comes first: the compute waits there for it
@@ -617,24 +622,26 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             t0 = env.now
             yield from flow(lp.tied_plan, s, label="tied embedding gradients")
             stats[s]["comm"] += env.now - t0
-        t0 = env.now
         update_s = st.optimizer_s
         if lp.norm_plan is not None:
             # the local gradient norm, then every stage meets to all-reduce it
+            t0 = env.now
             yield env.timeout(st.grad_norm_s)
             stats[s]["optimizer"] += env.now - t0
+            if record_spans and st.grad_norm_s > 0:
+                spans.append(Span(stage_track(s, "compute"), "gradient norm", t0, env.now))
             update_s -= st.grad_norm_s
             norm_ready[s].succeed()
-            t1 = env.now
+            t0 = env.now
             yield env.all_of(norm_ready)
-            stats[s]["bubble"] += env.now - t1
-            t1 = env.now
+            stats[s]["bubble"] += env.now - t0
+            t0 = env.now
             yield from flow(lp.norm_plan, s, label="gradient norm")
-            stats[s]["comm"] += env.now - t1
-        t1 = env.now
+            stats[s]["comm"] += env.now - t0
+        t0 = env.now
         yield env.timeout(update_s)
-        stats[s]["optimizer"] += env.now - t1
-        if record_spans and st.optimizer_s > 0:
+        stats[s]["optimizer"] += env.now - t0
+        if record_spans and update_s > 0:
             spans.append(Span(stage_track(s, "compute"), "optimizer", t0, env.now))
         stats[s]["end"] = env.now
 
@@ -797,6 +804,9 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         unit_tensor_ops: dict[str, tuple[str, ...]] = {}
         unit_kernels: dict[str, Any] = {}
         unit_norm_s: dict[str, float] = {}
+        unit_shard: dict[str, float] = {}
+        """The share of a unit's optimizer work each GPU does: ZeRO shards the dense weights' over the
+        data- and context-parallel GPUs, the experts' over the data-parallel GPUs holding the same experts."""
         for key, layer in units.items():
             nodes = training_nodes([layer], fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
                                    micro_batches=m, optimizer=spec.optimizer_name, policy=pol,
@@ -811,6 +821,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             unit_tensor_ops[key] = tuple(f.name for f in held)
             unit_kernels[key] = res.kernels
             unit_norm_s[key] = sum(k.time_s + k.launch_gap_s for k in res.kernels if k.node.endswith(".grad_norm"))
+            experts = sum(f.num_parameters for f in layer.ops if f.expert) / max(1, layer.num_parameters())
+            unit_shard[key] = ((1.0 - experts) / (d * cp) + experts / (d // e) if par.zero_stage >= 1 else 1.0)
         kernels = unit_kernels["block"]
         h = r.hidden_size
         ring_wait_f = ring_wait_b = ring_bytes_f = ring_bytes_b = 0.0
@@ -835,8 +847,31 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 ring_bytes_b += ring_bytes_f
         moe = r.num_experts > 1
         tp_ar = tokens * h * act_bytes
+        tp_ar_plan, tp_rs, tp_ag = (group_plan(c, tp_ar, t, 1) if t > 1 else None
+                                    for c in ("all_reduce", "reduce_scatter", "all_gather"))
 
         where = _BlockTimeline(kernels)
+        head_where = _BlockTimeline(unit_kernels["head"])
+
+        def column_backward(timeline: _BlockTimeline, column: str, gathers_input: bool = True) -> list[LayerCollective]:
+            """The backward collectives of column-parallel GEMM ``column`` (Megatron-LM's
+            LinearWithGradAccumulationAndAsyncCommunication): with ``tp_wgrad_overlap``, its input
+            gradient all-reduced (with sequence parallelism reduce-scattered) beside its weight
+            gradient, from the end of its data gradient, and with sequence parallelism its input,
+            kept only as this rank's sequence shard, all-gathered again beside its data gradient
+            for the weight gradient (Megatron-LM's and Transformer Engine's linear layers trade this
+            second gather for the memory); without it, the reduction after the weight gradient and
+            no second gather (PyTorch's tensor parallelism keeps the gathered input)."""
+            end = timeline.after("backward", column)
+            out = []
+            if par.tp_wgrad_overlap:
+                start = timeline.after("backward", column, "dgrad")
+                if par.sequence_parallel and gathers_input:
+                    out.append(LayerCollective(tp_ag, timeline.before("backward", column, "dgrad"), start))
+            else:
+                start = end
+            out.append(LayerCollective(tp_rs if par.sequence_parallel else tp_ar_plan, start, end))
+            return out
 
         def block_tp(phase: str) -> list[LayerCollective]:
             """A block's tensor-parallel collectives in ``phase`` ("forward", "recompute" or
@@ -847,33 +882,23 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             before the column-parallel GEMM and a reduce-scatter after the row-parallel one. Backward
             (the MLP first): the column-parallel GEMM's input gradient is all-reduced (with sequence
             parallelism reduce-scattered) beside its weight-gradient GEMM, from the end of its data
-            gradient to the end of its weight gradient (with ``tp_wgrad_overlap``; else after it).
-            With sequence parallelism the row-parallel GEMM's output gradient is all-gathered before
-            its backward, and the column-parallel GEMM's input, kept only as this rank's sequence
-            shard, is all-gathered again for its weight gradient, beside its data gradient (before it
-            without ``tp_wgrad_overlap``): Megatron-LM's and Transformer Engine's linear layers save
-            the sharded input, trading this second gather for the memory."""
+            gradient to the end of its weight gradient (:func:`column_backward`). With sequence
+            parallelism the row-parallel GEMM's output gradient is all-gathered before its backward."""
             if t <= 1:
                 return []
-            ar, rs, ag = (group_plan(c, tp_ar, t, 1) for c in ("all_reduce", "reduce_scatter", "all_gather"))
             out: list[LayerCollective] = []
             if phase == "backward":
                 for column, row in (("fc1", "fc2"), ("qkv", "proj")):
                     if par.sequence_parallel:
-                        out.append(LayerCollective(ag, where.before(phase, row)))
-                        start = where.before(phase, column, "dgrad")
-                        out.append(LayerCollective(ag, start, where.after(phase, column, "dgrad")
-                                                   if par.tp_wgrad_overlap else None))
-                    end = where.after(phase, column)
-                    start = where.after(phase, column, "dgrad") if par.tp_wgrad_overlap else end
-                    out.append(LayerCollective(rs if par.sequence_parallel else ar, start, end))
+                        out.append(LayerCollective(tp_ag, where.before(phase, row)))
+                    # a mixture-of-experts block's expert GEMMs get their inputs whole from the token
+                    # dispatcher (Megatron-LM's experts do no tensor-parallel communication of their own)
+                    out += column_backward(where, column, gathers_input=not (moe and column == "fc1"))
                 return out
             for column, row in (("qkv", "proj"), ("fc1", "fc2")):
                 if par.sequence_parallel:
-                    start = where.before(phase, column)
-                    out.append(LayerCollective(ag, start))
-                end = where.after(phase, row)
-                out.append(LayerCollective(rs if par.sequence_parallel else ar, end))
+                    out.append(LayerCollective(tp_ag, where.before(phase, column)))
+                out.append(LayerCollective(tp_rs if par.sequence_parallel else tp_ar_plan, where.after(phase, row)))
             return out
 
         def block_cp(phase: str) -> list[LayerCollective]:
@@ -924,16 +949,20 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             backward += block_tp("recompute") + block_ep("recompute")
         if recomputes_attention:
             backward += block_cp("recompute")
-        if t > 1 and par.sequence_parallel:
+        if t <= 1:
+            embedding_comm = head_comm = ([], [])
+        elif par.sequence_parallel:
             # the embedding's output is reduce-scattered to the sequence shards, and their gradients
-            # all-gathered back; the head gathers its input and reduce-scatters that input's gradient
-            rs, ag = group_plan("reduce_scatter", tp_ar, t, 1), group_plan("all_gather", tp_ar, t, 1)
-            embedding_comm = ([LayerCollective(rs)], [LayerCollective(ag, 0.0)])
-            head_comm = ([LayerCollective(ag, 0.0)], [LayerCollective(rs)])
+            # all-gathered back; the head's output layer, column-parallel, gathers its input after
+            # the final norm, and in the backward treats it as a block's GEMMs do
+            embedding_comm = ([LayerCollective(tp_rs)], [LayerCollective(tp_ag, 0.0)])
+            head_comm = ([LayerCollective(tp_ag, head_where.before("forward", "logits"))],
+                         column_backward(head_where, "logits"))
         else:
-            # the vocabulary-parallel embedding's partial lookups are summed; the head's input gradient
-            ar = [LayerCollective(group_plan("all_reduce", tp_ar, t, 1))] if t > 1 else []
-            embedding_comm, head_comm = (ar, []), ([], ar)
+            # the vocabulary-parallel embedding's partial lookups are summed; the head's output
+            # layer all-reduces its input gradient
+            embedding_comm = ([LayerCollective(tp_ar_plan)], [])
+            head_comm = ([], column_backward(head_where, "logits"))
         # a unit's gradients are finished with their weight-gradient kernels (a norm's or an
         # embedding's with its one backward kernel), none during a recompute; where one is not
         # found, the unit's at a steady rate
@@ -946,10 +975,12 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             if lost:
                 warnings.append(f"the {u} has no weight-gradient kernels named {', '.join(lost)}: its gradients "
                                 "reach their buckets at a steady rate through its backward")
-        if where.missing:
-            names = ", ".join(sorted({f"{name}{'.' + part if part else ''} ({phase})" for phase, name, part in where.missing}))
-            warnings.append(f"the block has no kernels named {names}: the collectives that follow or precede them "
-                            "run at the end of the layer's pass")
+        for unit, timeline in (("block", where), ("head", head_where)):
+            if timeline.missing:
+                names = ", ".join(sorted({f"{name}{'.' + part if part else ''} ({phase})"
+                                          for phase, name, part in timeline.missing}))
+                warnings.append(f"the {unit} has no kernels named {names}: the collectives that follow or precede "
+                                "them run at the end of the layer's pass")
         unit_comm = {
             "embedding": embedding_comm,
             "block": (block_tp("forward") + block_ep("forward") + block_cp("forward"), backward),
@@ -968,8 +999,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 units = ["embedding"] * (vs == 0) + ["block"] * per_chunk + ["head"] * (vs == P - 1)
                 back = units[::-1]
                 params = sum(unit_params[u] for u in units)
-                opt += sum(unit_times[u].get("optimizer", 0.0) for u in units)
-                norm += sum(unit_norm_s[u] for u in units)
+                opt += sum(unit_times[u].get("optimizer", 0.0) * unit_shard[u] for u in units)
+                norm += sum(unit_norm_s[u] * unit_shard[u] for u in units)
                 first = vs * per_chunk  # the model's index of the chunk's first block
                 names = (["embedding"] * (vs == 0) + [f"layer {first + k}" for k in range(per_chunk)]
                          + ["head"] * (vs == P - 1))
@@ -990,8 +1021,6 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                     layer_ring_backward=tuple(ring_plan_b if u == "block" else None for u in back),
                     layer_ring_wait_forward_s=tuple(ring_wait_f if u == "block" else 0.0 for u in units),
                     layer_ring_wait_backward_s=tuple(ring_wait_b if u == "block" else 0.0 for u in back)))
-            if par.zero_stage >= 1:
-                opt, norm = opt / (d * cp), norm / (d * cp)
             stages.append(StageModel(chunks, opt, norm))
     else:
         phases, res = _phase_times(hardware, list(workload.graph.nodes), workload.name, spec, launch_mode)
@@ -1007,14 +1036,14 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                              norm)]
         m = 1
     pp_stride = t * cp * d  # Megatron's rank order: tensor fastest, then context, data, pipeline
-    # the gradient norm's group: every GPU with distinct gradients (each rank of a tensor, pipeline
-    # and expert split, and with ZeRO each data-parallel shard), as many of them on a node as hold
-    # consecutive ranks
-    if par.zero_stage >= 1:
-        norm_gpus, norm_per_node = n_gpus, min(gpn, n_gpus)
-    else:
-        norm_gpus = t * p * par.expert
-        norm_per_node = min(norm_gpus, t * max(1, gpn // pp_stride if pp_stride < gpn else 1))
+    # the gradient norm's group: every GPU with distinct gradients, Megatron-LM's model-parallel group
+    # (the tensor, pipeline and expert ranks of the first context and data-parallel replica) or with
+    # ZeRO every GPU; counted on the first node, in Megatron's rank order
+    def holds_distinct_gradients(rank: int) -> bool:
+        return par.zero_stage >= 1 or ((rank // t) % cp == 0 and (rank // (t * cp)) % d < par.expert)
+
+    norm_gpus = n_gpus if par.zero_stage >= 1 else t * p * par.expert
+    norm_per_node = sum(1 for rank in range(min(gpn, n_gpus)) if holds_distinct_gradients(rank))
     norm_plan = (plan_collective("all_reduce", 4.0, norm_gpus, fabric, gpus_per_node=norm_per_node)
                  if training and spec.gradient_clipping and norm_gpus > 1 else None)
 

@@ -322,8 +322,8 @@ def training_nodes(layers: Sequence[Layer], *, fusion: str, checkpointing: str, 
                    optimizer: str, policy: PrecisionPolicy, clip_gradients: bool = False) -> list[OpNode]:
     """Forward, recompute, backward and optimizer nodes of one training step (in order). With
     ``clip_gradients`` the optimizer phase starts with a sum-of-squares pass over each layer's
-    gradients (``<layer>.grad_norm``, in the dtype the update reads them), the local part of the
-    global gradient norm."""
+    gradients (``<layer>.grad_norm``, in the policy's gradient dtype), the local part of the global
+    gradient norm."""
     lower = Lowering(fusion, training=True)
     backward = BackwardCache(micro_batches > 1, fusion)
     nodes: list[OpNode] = []
@@ -347,7 +347,7 @@ def training_nodes(layers: Sequence[Layer], *, fusion: str, checkpointing: str, 
         for layer in layers:
             params = layer.num_parameters()
             if params:
-                op = Reduction(num_elements=params, function="sum_squares", dtype=policy.weight_dtype)
+                op = Reduction(num_elements=params, function="sum_squares", dtype=policy.grad_dtype)
                 nodes.append(OpNode(f"{layer.name}.grad_norm", op, (), "optimizer", layer.index, 1))
     update_cache: dict[int, OptimizerUpdate] = {}
     for layer in layers:

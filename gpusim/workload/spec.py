@@ -435,8 +435,9 @@ class ModelWorkloadSpec(Spec):
     """Training only: the optimizer step first takes the global norm of the gradients (a kernel
     reading each GPU's gradients, then an all-reduce of one number over the GPUs holding distinct
     shares of them, which every pipeline stage waits for), as Megatron-LM, NeMo, Hugging Face's
-    Trainer, Composer and torchtitan do by default (clipping at 1.0). The rescale applied when the
-    norm exceeds the threshold depends on the run's data and is not simulated."""
+    Trainer and torchtitan do by default and llm-foundry's MPT recipes through Composer's
+    GradientClipping algorithm (all clipping at 1.0). The rescale applied when the norm exceeds the
+    threshold depends on the run's data and is not simulated."""
     activation_checkpointing: Literal["none", "selective", "full"] = "none"
     gradient_accumulation_steps: count(le=10**6) = 1
     fusion: Literal["none", "attention_only", "default", "megatron"] = "default"
@@ -473,6 +474,8 @@ class ModelWorkloadSpec(Spec):
                 raise field_error("activation_checkpointing", "only applies to mode: train")
             if self.gradient_accumulation_steps != 1:
                 raise field_error("gradient_accumulation_steps", "only applies to mode: train")
+            if "gradient_clipping" in self.model_fields_set:
+                raise field_error("gradient_clipping", "only applies to mode: train")
         else:
             for key in ("prompt_len", "kv_cache_dtype"):
                 if getattr(self, key) is not None:
