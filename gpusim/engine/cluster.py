@@ -110,6 +110,22 @@ class LayerCollective:
         return self.at if self.until is None else self.until
 
 
+@dataclass(frozen=True)
+class LayerRing:
+    """A layer pass's context-parallel ring: its traffic beside the compute from the layer's start (it
+    shares the ports with the other flows), and what the compute waits for it beyond the attention
+    steps it overlaps, where the attention ends."""
+
+    plan: CollectivePlan | None = None
+    wait_s: float = 0.0
+    at: float = 1.0
+    """The fraction of the layer's compute done when the attention ends."""
+
+    def __post_init__(self):
+        if not (0 <= self.at <= 1 and self.wait_s >= 0):
+            raise ValueError("a ring's wait is a non-negative time at a fraction of the compute in [0, 1]")
+
+
 @dataclass
 class ChunkModel:
     """One model chunk on one representative GPU, per micro-batch.
@@ -148,15 +164,11 @@ class ChunkModel:
     send_bytes: float = 0.0
     """Activation bytes each GPU sends to the next pipeline stage per micro-batch (and gradients back):
     its tensor-parallel rank's share."""
-    layer_ring_forward: tuple[CollectivePlan | None, ...] = ()
-    """The context-parallel ring's traffic beside each layer's forward compute, layer by layer in the
-    forward's order (None where a layer has no attention): it shares the ports with the other flows;
-    what the layer waits for it after its compute is ``layer_ring_wait_forward_s``. Empty: none."""
-    layer_ring_backward: tuple[CollectivePlan | None, ...] = ()
+    layer_ring_forward: tuple[LayerRing | None, ...] = ()
+    """The context-parallel ring of each layer's forward, layer by layer in the forward's order (None
+    where a layer has no attention). Empty: none."""
+    layer_ring_backward: tuple[LayerRing | None, ...] = ()
     """The same for the backward, in the backward's order."""
-    layer_ring_wait_forward_s: tuple[float, ...] = ()
-    """Time each layer's forward waits on the ring beyond the attention it overlaps. Empty: none."""
-    layer_ring_wait_backward_s: tuple[float, ...] = ()
     layer_names: tuple[str, ...] = ()
     """The layers' names in the forward's order, for the trace. Empty: ``layer 0``, ``layer 1``..."""
 
@@ -167,7 +179,7 @@ class ChunkModel:
                 raise ValueError(f"ChunkModel's layer times add up to {sum(layers)} s, not the pass's {total} s")
         for name in ("layer_comm_forward", "layer_comm_backward", "forward_layer_s", "backward_layer_s",
                      "layer_param_bytes", "grad_layers", "grad_layers_at", "layer_names", "layer_ring_forward",
-                     "layer_ring_backward", "layer_ring_wait_forward_s", "layer_ring_wait_backward_s"):
+                     "layer_ring_backward"):
             if getattr(self, name) and len(getattr(self, name)) != n:
                 raise ValueError(f"ChunkModel.{name} has {len(getattr(self, name))} entries for {n} layers")
         if any(not isinstance(c, LayerCollective) for layers in (self.layer_comm_forward, self.layer_comm_backward)
@@ -188,8 +200,7 @@ class ChunkModel:
         grads = self.grad_layers or ((self.grad_bytes / n,),) * n
         grads_at = self.grad_layers_at or ((),) * n
         ring = (self.layer_ring_forward if forward else self.layer_ring_backward) or (None,) * n
-        wait = (self.layer_ring_wait_forward_s if forward else self.layer_ring_wait_backward_s) or (0.0,) * n
-        return [LayerStep(names[j], times[j], comm[j], params[j], grads[j] if not forward else (), ring[j], wait[j],
+        return [LayerStep(names[j], times[j], comm[j], params[j], grads[j] if not forward else (), ring[j],
                           grads_at[j] if not forward else ()) for j in range(n)]
 
 
@@ -204,10 +215,8 @@ class LayerStep:
     param_bytes: float
     grad_tensor_bytes: tuple[float, ...]
     """Backward only: the bytes of each weight gradient it finishes, in order."""
-    ring: CollectivePlan | None = None
-    """Context-parallel ring traffic beside the compute."""
-    ring_wait_s: float = 0.0
-    """What the layer waits for the ring after its compute."""
+    ring: LayerRing | None = None
+    """The context-parallel ring beside the compute."""
     grad_tensor_at: tuple[float, ...] = ()
     """The fraction of the compute at which each gradient tensor is finished (empty: a steady rate)."""
 
@@ -466,8 +475,8 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 elif step.param_bytes > 0:
                     yield from flow(lp.dp_plan("all_gather", step.param_bytes), s, label=label("zero3", j))
                 stats[s]["comm"] += env.now - t1
-            if step.ring is not None:
-                env.process(flow(step.ring, s, label=label("context ring", j)))
+            if step.ring is not None and step.ring.plan is not None:
+                env.process(flow(step.ring.plan, s, label=label("context ring", j)))
             beside = []
             if groups and lp.tp_overlap:
                 # the collectives run beside the compute, which slows while they hold SMs
@@ -483,6 +492,8 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             for a, b, plans in groups:
                 if a < 1.0:
                     marks.append((a, 1, (b, plans)))
+            if step.ring is not None and step.ring.wait_s > 0:
+                marks.append((step.ring.at, -1, step.ring.wait_s))  # before what follows the attention
             if reduce_grads and grads > 0:
                 finished = 0.0
                 for k, nbytes in enumerate(tensors):
@@ -512,6 +523,13 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                         yield proc
                     pending = [x for x in pending if x[0] > f]
                     stats[s]["comm"] += env.now - t1
+                elif kind_ == -1:
+                    t1 = env.now
+                    yield env.timeout(what)
+                    stats[s]["comm"] += what
+                    if record_spans:
+                        spans.append(Span(stage_track(s, "context ring"), label("ring attention (exposed)", j), t1,
+                                          env.now))
                 elif kind_ == 1:
                     until, plans = what
                     if until > f:
@@ -531,13 +549,6 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             if record_spans and step.compute_s > 0:
                 spans.append(Span(stage_track(s, "layers"), f"{name} {step.name}", t_compute, env.now,
                                   (("layer", step.name), ("compute_s", step.compute_s))))
-            if step.ring_wait_s > 0:
-                t1 = env.now
-                yield env.timeout(step.ring_wait_s)
-                stats[s]["comm"] += step.ring_wait_s
-                if record_spans:
-                    spans.append(Span(stage_track(s, "context ring"), label("ring attention (exposed)", j), t1,
-                                      env.now))
             t1 = env.now
             for proc in beside:
                 yield proc
@@ -937,9 +948,13 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
 
         P = p * v
         per_chunk = r.num_layers // P
-        # each block passes its keys and values around the ring beside its attention
-        ring_plan_f = hop(ring_bytes_f) if ring_bytes_f else None
-        ring_plan_b = hop(ring_bytes_b) if ring_bytes_b else None
+        # each block passes its keys and values around the ring beside its attention, and waits for
+        # what the attention steps do not hide where its attention ends (the backward's, its
+        # recompute's wait included, where the backward's attention ends)
+        ring_f = ring_b = None
+        if ring > 1:
+            ring_f = LayerRing(hop(ring_bytes_f), ring_wait_f, where.after("forward", "attention"))
+            ring_b = LayerRing(hop(ring_bytes_b), ring_wait_b, where.after("backward", "attention"))
         # each unit's blocking collectives in its forward and in its backward, with where they run: a
         # block's tensor-parallel all-reduces (those of its recompute too, with full checkpointing),
         # its expert all-to-alls and context-parallel exchanges; the all-reduce after the
@@ -1017,10 +1032,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                     grad_layers=tuple(tuple(n * grad_b for n in unit_tensors[u]) for u in back),
                     grad_layers_at=tuple(grads_at[u] for u in back),
                     send_bytes=tp_ar / t,
-                    layer_ring_forward=tuple(ring_plan_f if u == "block" else None for u in units),
-                    layer_ring_backward=tuple(ring_plan_b if u == "block" else None for u in back),
-                    layer_ring_wait_forward_s=tuple(ring_wait_f if u == "block" else 0.0 for u in units),
-                    layer_ring_wait_backward_s=tuple(ring_wait_b if u == "block" else 0.0 for u in back)))
+                    layer_ring_forward=tuple(ring_f if u == "block" else None for u in units),
+                    layer_ring_backward=tuple(ring_b if u == "block" else None for u in back)))
             stages.append(StageModel(chunks, opt, norm))
     else:
         phases, res = _phase_times(hardware, list(workload.graph.nodes), workload.name, spec, launch_mode)
