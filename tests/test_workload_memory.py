@@ -6,7 +6,7 @@ import pytest
 
 from gpusim.workload import MemoryFootprint, fits, load_workload
 from gpusim.workload.expand import training_activation_bytes
-from gpusim.workload.memory import pipeline_microbatches_in_flight, stage_layers
+from gpusim.workload.memory import peak_activation_bytes, stage_chunks, stage_layers
 from gpusim.workload.models import transformer as T
 from gpusim.workload.precision import policy as precision_policy
 
@@ -103,8 +103,23 @@ def test_fits():
     # first backward, each through half the stage's layers; the first stage's p + (p - 1) / v
     ("interleaved", 2, [(6 + 4 + 1) / 2, (4 + 4 + 1) / 2, (2 + 4 + 1) / 2, (0 + 4 + 1) / 2])])
 def test_each_pipeline_stage_holds_its_schedules_micro_batches_in_flight(schedule, virtual, in_flight):
-    assert [pipeline_microbatches_in_flight(schedule, 4, 16, virtual, s) for s in range(4)] == in_flight
-    assert pipeline_microbatches_in_flight(schedule, 4, 2, virtual, 0) <= 2  # never more than there are
+    # chunks of equal size, 1/v of a micro-batch's activations each
+    chunks = [1 / virtual] * virtual
+    assert [peak_activation_bytes(schedule, 4, 16, virtual, s, chunks) for s in range(4)] == pytest.approx(in_flight)
+    assert peak_activation_bytes(schedule, 4, 2, virtual, 0, chunks) <= 2  # never more than there are
+    assert peak_activation_bytes(schedule, 1, 16, 1, 0, [3.0]) == 3.0  # one stage: one micro-batch at a time
+
+
+def test_a_stage_holds_each_chunk_as_often_as_its_schedule_keeps_it_in_flight():
+    # Interleaved, 2 stages x 2 chunks, 4 micro-batches; stage 1's second chunk (with the head) keeps 10
+    # bytes per micro-batch, its first 1. Stage 1 runs F0c0 F1c0 F0c1 B0c1 F1c1 B1c1 F2c0 B0c0 ...: at
+    # most chunk 0 of two micro-batches and chunk 1 of one, 2 x 1 + 10 = 12 bytes (spreading its
+    # 1.5 micro-batches in flight evenly over the chunks would say 1.5 x 11 = 16.5)
+    assert peak_activation_bytes("interleaved", 2, 4, 2, 1, [1.0, 10.0]) == 12.0
+    # the chunks themselves: virtual stage c p + s is stage s's c-th chunk
+    names = [[[layer for layer in chunk] for chunk in stage] for stage in stage_chunks(
+        ["embedding"] + [f"layer{i}" for i in range(4)] + ["head"], 2, 2)]
+    assert names == [[["embedding", "layer0"], ["layer2"]], [["layer1"], ["layer3", "head"]]]
 
 
 def test_pipeline_stages_hold_their_own_layers():
@@ -246,22 +261,24 @@ def test_a_pipelined_servers_footprint_is_its_fullest_stage():
     assert staged.activations_bytes == whole.activations_bytes  # the head's logits, on the last stage
 
 
-def test_in_flight_micro_batches_match_the_step_engines_schedule():
-    """The memory model's count of micro-batches a stage holds at its peak is what replaying the step
-    engine's order of forwards and backwards on that stage gives (chunks of equal size)."""
-    from gpusim.engine.cluster import pipeline_order
+def test_in_flight_micro_batches_follow_the_schedules_closed_forms():
+    """With chunks of equal size a stage's peak is the closed form of its schedule: GPipe every
+    micro-batch, 1F1B's stage s min(p - s, m), the interleaved schedule's 2 (p - s - 1) + (v - 1) p + 1
+    chunk forwards (Megatron-LM's warm-up and one more), 1/v of a micro-batch each."""
+    def closed_form(schedule, p, m, v, s):
+        if schedule == "gpipe":
+            return m
+        if schedule == "interleaved":
+            return min(m * v, 2 * (p - s - 1) + (v - 1) * p + 1) / v
+        return min(p - s, m)
 
     for schedule, chunks in (("1f1b", (1,)), ("gpipe", (1,)), ("interleaved", (2, 3))):
         for p in range(2, 6):
             for v in chunks:
                 for m in range(p, 3 * p + 1, p):
                     for s in range(p):
-                        live = peak = 0
-                        for kind, _, _ in pipeline_order(schedule, p, m, s, v):
-                            live += 1 if kind == "F" else -1
-                            peak = max(peak, live)
-                        assert pipeline_microbatches_in_flight(schedule, p, m, v, s) == pytest.approx(peak / v), \
-                            (schedule, p, v, m, s)
+                        assert peak_activation_bytes(schedule, p, m, v, s, [1 / v] * v) == pytest.approx(
+                            closed_form(schedule, p, m, v, s)), (schedule, p, v, m, s)
 
 
 def test_each_pipeline_stage_counts_the_workspace_of_its_own_kernels():

@@ -19,8 +19,8 @@ from gpusim.workload.expand import (
 )
 from gpusim.workload.graph import GraphError, OpNode, WorkloadGraph, chain, order_nodes
 from gpusim.workload.layers import ModelError
-from gpusim.workload.memory import (LIBRARY_WORKSPACE_BYTES, MemoryFootprint, model_states,
-                                    pipeline_microbatches_in_flight, stage_layers)
+from gpusim.workload.memory import (LIBRARY_WORKSPACE_BYTES, MemoryFootprint, model_states, peak_activation_bytes,
+                                    stage_chunks)
 from gpusim.workload.models import CONFIG_CLASSES
 from gpusim.workload.models import cnn, mlp, resnet
 from gpusim.workload.models import transformer as T
@@ -405,10 +405,11 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
     def workspace_of(held: Sequence) -> float:
         largest = max([written.get(None, 0.0)] + [written.get(layer.name, 0.0) for layer in held])
         return LIBRARY_WORKSPACE_BYTES + largest / par.tensor
-    # each pipeline stage holds its own layers (the first the embedding, the last the head)
-    held_by_stage = stage_layers(layers, par.pipeline, par.virtual_stages) if r is not None else [list(layers)]
+    # each pipeline stage holds its own model chunks (the first the embedding, the last the head)
+    chunks_by_stage = stage_chunks(layers, par.pipeline, par.virtual_stages) if r is not None else [[list(layers)]]
     if r is not None and par.pipeline > 1:
-        held_by_stage[-1][-1] = T.pipelined_head(r, held_by_stage[-1][-1])
+        chunks_by_stage[-1][-1][-1] = T.pipelined_head(r, chunks_by_stage[-1][-1][-1])
+    held_by_stage = [[layer for chunk in chunks for layer in chunk] for chunks in chunks_by_stage]
     if training:
         state = OptimizerUpdate(num_parameters=1, optimizer=spec.optimizer_name, dtype=p.weight_dtype,
                                 master_weights=p.master_weights).state_bytes_per_parameter()
@@ -443,10 +444,11 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
                 held_layers = 2 if par.overlap_communication else 1
                 weights += held_layers * largest * dtype_bytes(par.param_gather_dtype or p.weight_dtype)
                 grads += held_layers * largest * dtype_bytes(par.grad_reduce_dtype or p.grad_dtype)
-            in_flight = pipeline_microbatches_in_flight(par.schedule, par.pipeline, par.microbatches or ga,
-                                                        par.virtual_stages, stage)
-            kept, buffer = activations_of(held, spec.activation_checkpointing)
-            activations = kept * in_flight + buffer  # one layer is recomputed at a time
+            # the chunk forwards the schedule keeps in flight at the stage's peak; one layer is
+            # recomputed at a time
+            per_chunk = [activations_of(chunk, spec.activation_checkpointing) for chunk in chunks_by_stage[stage]]
+            activations = peak_activation_bytes(par.schedule, par.pipeline, par.microbatches or ga, par.virtual_stages,
+                                                stage, [kept for kept, _ in per_chunk]) + max(b for _, b in per_chunk)
             return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace_of(held),
                                    pipeline_stage=stage if par.pipeline > 1 else None)
 

@@ -14,9 +14,10 @@ norms' inputs, the column-parallel GEMMs' input and the dropout masks stay whole
 Korthikanti et al. 2022) and over the context-parallel GPUs c, each of which holds 1/c of every
 sequence (ZeRO then shards over the data x context GPUs, which all hold the same weights). A
 pipeline stage holds its own layers' states (the first stage the embedding, the last the head; see
-:func:`stage_layers`) and the micro-batches its schedule keeps in flight (1F1B's stage s
-min(p - s, micro-batches), GPipe all of them; see :func:`pipeline_microbatches_in_flight`); a
-training footprint is its fullest stage's. The KV cache is split over min(t, kv_heads) and p.
+:func:`stage_layers`) and the activations of the chunk forwards its schedule keeps in flight at its
+peak (1F1B's stage s min(p - s, micro-batches), GPipe all of them; see
+:func:`peak_activation_bytes`); a training footprint is its fullest stage's. The KV cache is split
+over min(t, kv_heads) and p.
 """
 
 from __future__ import annotations
@@ -60,39 +61,45 @@ def fits(footprint: MemoryFootprint, capacity_bytes: float) -> tuple[bool, float
     return (shortfall <= 0, max(0.0, shortfall))
 
 
-def pipeline_microbatches_in_flight(schedule: str, stages: int, microbatches: int, virtual_stages: int = 1,
-                                    stage: int = 0) -> float:
-    """Micro-batches whose activations pipeline stage ``stage`` holds at its peak, in units of one
-    micro-batch through all the stage's layers: GPipe runs every forward before any backward (all
-    m); 1F1B's stage s runs p - s forwards before its first backward (min(p - s, m)); the interleaved
-    schedule's stage s warms up 2 (p - s - 1) + (v - 1) p chunk forwards and runs one more before its
-    first backward, each through 1/v of its layers (Megatron-LM's schedule; for the first stage
-    p (1 + (p - 1) / (p v)) micro-batches, Korthikanti et al. 2022, section 4.2.3). One stage: one
-    micro-batch at a time."""
+def peak_activation_bytes(schedule: str, stages: int, microbatches: int, virtual_stages: int, stage: int,
+                          chunk_bytes: Sequence[float]) -> float:
+    """The most activation bytes pipeline stage ``stage`` keeps at once: its schedule's forwards and
+    backwards replayed (:func:`gpusim.workload.schedule.pipeline_order`, the order the step engine
+    runs), each forward of model chunk c keeping ``chunk_bytes[c]`` until its backward. GPipe keeps
+    every micro-batch; 1F1B's stage s min(p - s, m); the interleaved schedule's stage s its
+    2 (p - s - 1) + (v - 1) p warm-up chunk forwards and one more (Megatron-LM's schedule; for equal
+    chunks on the first stage p (1 + (p - 1) / (p v)) micro-batches, Korthikanti et al. 2022,
+    section 4.2.3), as many of each chunk as the order runs. One stage: one micro-batch at a time."""
     if stages <= 1:
-        return 1.0
-    if schedule == "gpipe":
-        return float(microbatches)
-    if schedule == "interleaved":
-        v = virtual_stages
-        return min(microbatches * v, 2 * (stages - stage - 1) + (v - 1) * stages + 1) / v
-    return float(min(stages - stage, microbatches))
+        return float(sum(chunk_bytes))
+    from gpusim.workload.schedule import pipeline_order
+
+    live = peak = 0.0
+    for kind, _, chunk in pipeline_order(schedule, stages, microbatches, stage, virtual_stages):
+        live += chunk_bytes[chunk] if kind == "F" else -chunk_bytes[chunk]
+        peak = max(peak, live)
+    return peak
 
 
-def stage_layers(layers: Sequence[Layer], stages: int, virtual_stages: int = 1) -> list[list[Layer]]:
-    """The layers of a language model (embedding, blocks, head) that each pipeline stage holds: the
-    blocks in ``stages x virtual_stages`` equal chunks, chunk c p + s on stage s, the embedding
-    with the first chunk and the head with the last, as the step engine runs them."""
+def stage_chunks(layers: Sequence[Layer], stages: int, virtual_stages: int = 1) -> list[list[list[Layer]]]:
+    """The model chunks of a language model (embedding, blocks, head) that each pipeline stage holds:
+    the blocks in ``stages x virtual_stages`` equal chunks, chunk c p + s the stage's c-th, the
+    embedding with the first chunk and the head with the last, as the step engine runs them."""
     if stages * virtual_stages <= 1:
-        return [list(layers)]
+        return [[list(layers)]]
     embedding, blocks, head = layers[0], layers[1:-1], layers[-1]
     chunks = stages * virtual_stages
     per_chunk = len(blocks) // chunks
-    out: list[list[Layer]] = [[] for _ in range(stages)]
+    out: list[list[list[Layer]]] = [[] for _ in range(stages)]
     for vs in range(chunks):
-        out[vs % stages] += ([embedding] * (vs == 0) + list(blocks[vs * per_chunk:(vs + 1) * per_chunk])
-                             + [head] * (vs == chunks - 1))
+        out[vs % stages].append([embedding] * (vs == 0) + list(blocks[vs * per_chunk:(vs + 1) * per_chunk])
+                                + [head] * (vs == chunks - 1))
     return out
+
+
+def stage_layers(layers: Sequence[Layer], stages: int, virtual_stages: int = 1) -> list[list[Layer]]:
+    """The layers each pipeline stage holds, its chunks' (:func:`stage_chunks`) in order."""
+    return [[layer for chunk in chunks for layer in chunk] for chunks in stage_chunks(layers, stages, virtual_stages)]
 
 
 def model_states(num_parameters: int, *, training: bool, weight_bytes: float, grad_bytes: float,
