@@ -3,9 +3,9 @@
 import pytest
 
 from gpusim.config import load_hardware
-from gpusim.engine.cluster import (ChunkModel, LayerCollective, LayoutPlan, StageModel, pipeline_order, run_step,
-                                   simulate_system)
+from gpusim.engine.cluster import ChunkModel, LayerCollective, LayoutPlan, StageModel, run_step, simulate_system
 from gpusim.engine.collectives import fabric_of
+from gpusim.workload.schedule import pipeline_order
 from gpusim.errors import ConfigError
 from gpusim.workload import load_workload
 

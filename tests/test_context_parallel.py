@@ -49,8 +49,8 @@ def test_each_hop_waits_only_for_what_the_step_beside_it_does_not_hide():
 
 
 def test_the_rings_wait_is_exposed_communication():
-    stages = [StageModel([ChunkModel(1.0, 2.0, 1, layer_ring_forward=(LayerRing(wait_s=0.3),),
-                                     layer_ring_backward=(LayerRing(wait_s=0.5),))])]
+    stages = [StageModel([ChunkModel(1.0, 2.0, 1, layer_ring_forward=((LayerRing(wait_s=0.3),),),
+                                     layer_ring_backward=((LayerRing(wait_s=0.2), LayerRing(wait_s=0.3)),))])]
     stats = run_step(None, stages, LayoutPlan("1f1b", 1, 2, 1))
     assert stats.step_s == pytest.approx(2 * (1.0 + 0.3 + 2.0 + 0.5))
     assert stats.exposed_comm_s == pytest.approx(2 * 0.8)
@@ -59,14 +59,16 @@ def test_the_rings_wait_is_exposed_communication():
 
 def test_each_layer_passes_its_ring_beside_its_compute_and_waits_for_it_where_its_attention_ends():
     # One micro-batch of two layers, 1 s of forward compute each; each layer's ring traffic takes
-    # 0.4 s alone on the port and its exposed wait is 0.1 s. With the wait at the layer's end the
-    # hops run at 0-0.4 and 1.1-1.5, the waits at 1.0-1.1 and 2.1-2.2; with the attention ending 60%
-    # into each layer, the waits run at 0.6-0.7 and 1.7-1.8. The forward ends at 2.2 either way.
+    # 0.4 s alone on the port and its exposed wait is 0.1 s. With the attention the whole layer the
+    # hops run at 0-0.4 and 1.1-1.5, the waits at 1.0-1.1 and 2.1-2.2; with the attention from 10% to
+    # 60% of each layer, the hops at 0.1-0.5 and 1.2-1.6 and the waits at 0.6-0.7 and 1.7-1.8. The
+    # forward ends at 2.2 either way.
     from gpusim.engine.collectives import CollectivePlan
 
     hop = CollectivePlan("send_recv", "p2p", "Simple", 4e11, 2, 0.0, 4e11, 0.0, 1e12, 1e12)
-    for at, times in ((1.0, [0, 0.4, 1.0, 1.1, 1.1, 1.5, 2.1, 2.2]), (0.6, [0, 0.4, 0.6, 0.7, 1.1, 1.5, 1.7, 1.8])):
-        ring = LayerRing(hop, 0.1, at)
+    for start, at, times in ((0.0, 1.0, [0, 0.4, 1.0, 1.1, 1.1, 1.5, 2.1, 2.2]),
+                             (0.1, 0.6, [0.1, 0.5, 0.6, 0.7, 1.2, 1.6, 1.7, 1.8])):
+        ring = (LayerRing(hop, 0.1, at, start),)
         chunk = ChunkModel(2.0, 0.0, 2, layer_ring_forward=(ring, ring))
         stats = run_step(None, [StageModel([chunk])], LayoutPlan("1f1b", 1, 1, 1), record_spans=True)
         spans = sorted((s for s in stats.spans if "ring" in s.name), key=lambda s: s.start_s)
@@ -77,6 +79,10 @@ def test_each_layer_passes_its_ring_beside_its_compute_and_waits_for_it_where_it
         assert stats.exposed_comm_s == pytest.approx(0.2)
     with pytest.raises(ValueError):
         LayerRing(hop, 0.1, 1.5)
+    with pytest.raises(ValueError):
+        LayerRing(hop, 0.1, 0.5, 0.6)  # the attention cannot end before it starts
+    with pytest.raises(TypeError):
+        ChunkModel(1.0, 0.0, 1, layer_ring_forward=(hop,))
 
 
 def _llama(items):
@@ -205,12 +211,20 @@ def test_impossible_hierarchical_layouts_are_one_line_errors(items, fragment):
     assert fragment in str(info.value) and "\n" not in str(info.value)
 
 
-def test_a_blocks_ring_wait_comes_where_its_attention_ends():
-    # 16 GPUs over two nodes, a ring of 16 across InfiniBand: each hop outlasts its attention step,
-    # and the layer waits where its attention ends, before its output projection and MLP compute
+def test_a_blocks_ring_runs_with_its_attention():
+    # 16 GPUs over two nodes, a ring of 16 across InfiniBand: each hop outlasts its attention step.
+    # The ring's traffic starts with the attention (after the QKV projection), and the layer waits
+    # for it where the attention ends, before its output projection and MLP. With full checkpointing
+    # the backward has two rings, the recompute's and the backward's, each with its own wait
     hw = load_hardware("dgx_h100", [("num_nodes", 2)])
-    r = simulate_system(hw, _llama(["config.seq_len=32768", "parallelism.zero_stage=1", "parallelism.context=16",
-                                    "parallelism.context_comm=p2p"]), record_spans=True)
+    items = ["config.seq_len=32768", "parallelism.zero_stage=1", "parallelism.context=16",
+             "parallelism.context_comm=p2p", "activation_checkpointing=full"]
+    r = simulate_system(hw, _llama(items), record_spans=True)
     layer = next(s for s in r.spans if s.track == "stage 0 layers" and s.name == "F0 layer 0")
+    hop = next(s for s in r.spans if s.name == "send_recv context ring F0 layer 0")
     wait = next(s for s in r.spans if s.name == "ring attention (exposed) F0 layer 0")
-    assert layer.start_s < wait.start_s < wait.end_s < layer.end_s
+    assert layer.start_s < hop.start_s < wait.start_s < wait.end_s < layer.end_s
+    backward = sorted((s for s in r.spans if s.name.endswith("B0 layer 0") and "ring" in s.name),
+                      key=lambda s: s.start_s)
+    assert [s.name.split(" B0")[0] for s in backward] == [
+        "send_recv context ring", "ring attention (exposed)", "send_recv context ring", "ring attention (exposed)"]

@@ -299,3 +299,14 @@ def test_each_pipeline_stage_counts_the_workspace_of_its_own_kernels():
     assert w.summary()["memory_by_stage"][1]["workspace_bytes"] == LIBRARY_WORKSPACE_BYTES + block
     # without a pipeline there are no stages to list
     assert load_workload("llama3_8b_train").memory_by_stage == ()
+
+
+def test_context_parallelism_splits_the_workspace_of_sequence_sized_outputs():
+    # Llama 3 8B at sequence 32,768: each of c context-parallel ranks writes 1/c of the logits
+    # (32,768 x 128,256 x 2 B), but the embedding's gradient table (128,256 x 4,096 x 2 B) whole
+    from gpusim.workload.memory import LIBRARY_WORKSPACE_BYTES
+
+    logits, table = 32768 * 128256 * 2, 128256 * 4096 * 2
+    for context, largest in ((2, logits / 2), (16, table)):
+        w = load_workload("llama3_8b_train", ["config.seq_len=32768", f"parallelism.context={context}"])
+        assert w.memory.workspace_bytes == LIBRARY_WORKSPACE_BYTES + largest

@@ -63,18 +63,22 @@ class LayerCollective:
 
 @dataclass(frozen=True)
 class LayerRing:
-    """A layer pass's context-parallel ring: its traffic beside the compute from the layer's start (it
-    shares the ports with the other flows), and what the compute waits for it beyond the attention
-    steps it overlaps, where the attention ends."""
+    """One attention's context-parallel ring in a layer's pass (a backward with a recompute has two):
+    its traffic beside the compute from where the attention starts (it shares the ports with the
+    other flows), and what the compute waits for it beyond the attention steps it overlaps, where the
+    attention ends."""
 
     plan: CollectivePlan | None = None
     wait_s: float = 0.0
     at: float = 1.0
     """The fraction of the layer's compute done when the attention ends."""
+    start: float = 0.0
+    """The fraction done when the attention starts."""
 
     def __post_init__(self):
-        if not (0 <= self.at <= 1 and self.wait_s >= 0):
-            raise ValueError("a ring's wait is a non-negative time at a fraction of the compute in [0, 1]")
+        if not (0 <= self.start <= self.at <= 1 and self.wait_s >= 0):
+            raise ValueError("a ring runs from its attention's start to its end, fractions of the compute in "
+                             "[0, 1], and waits a non-negative time")
 
 
 @dataclass
@@ -115,10 +119,10 @@ class ChunkModel:
     send_bytes: float = 0.0
     """Activation bytes each GPU sends to the next pipeline stage per micro-batch (and gradients back):
     its tensor-parallel rank's share."""
-    layer_ring_forward: tuple[LayerRing | None, ...] = ()
-    """The context-parallel ring of each layer's forward, layer by layer in the forward's order (None
+    layer_ring_forward: tuple[tuple[LayerRing, ...], ...] = ()
+    """The context-parallel rings of each layer's forward, layer by layer in the forward's order (none
     where a layer has no attention). Empty: none."""
-    layer_ring_backward: tuple[LayerRing | None, ...] = ()
+    layer_ring_backward: tuple[tuple[LayerRing, ...], ...] = ()
     """The same for the backward, in the backward's order."""
     layer_names: tuple[str, ...] = ()
     """The layers' names in the forward's order, for the trace. Empty: ``layer 0``, ``layer 1``..."""
@@ -136,6 +140,9 @@ class ChunkModel:
         if any(not isinstance(c, LayerCollective) for layers in (self.layer_comm_forward, self.layer_comm_backward)
                for layer in layers for c in layer):
             raise TypeError("ChunkModel's layer collectives are LayerCollective: a plan and where it runs")
+        if any(not isinstance(x, LayerRing) for layers in (self.layer_ring_forward, self.layer_ring_backward)
+               for layer in layers for x in layer):
+            raise TypeError("ChunkModel's rings are LayerRing: traffic and a wait, and where they run")
 
     def layer_steps(self, kind: str) -> list[LayerStep]:
         """The pass's layers in the order it runs them (``kind`` "F" or "B"), comm plans not merged."""
@@ -150,7 +157,7 @@ class ChunkModel:
             params, names = params[::-1], names[::-1]
         grads = self.grad_layers or ((self.grad_bytes / n,),) * n
         grads_at = self.grad_layers_at or ((),) * n
-        ring = (self.layer_ring_forward if forward else self.layer_ring_backward) or (None,) * n
+        ring = (self.layer_ring_forward if forward else self.layer_ring_backward) or ((),) * n
         return [LayerStep(names[j], times[j], comm[j], params[j], grads[j] if not forward else (), ring[j],
                           grads_at[j] if not forward else ()) for j in range(n)]
 
@@ -166,8 +173,8 @@ class LayerStep:
     param_bytes: float
     grad_tensor_bytes: tuple[float, ...]
     """Backward only: the bytes of each weight gradient it finishes, in order."""
-    ring: LayerRing | None = None
-    """The context-parallel ring beside the compute."""
+    rings: tuple[LayerRing, ...] = ()
+    """The context-parallel rings beside the compute."""
     grad_tensor_at: tuple[float, ...] = ()
     """The fraction of the compute at which each gradient tensor is finished (empty: a steady rate)."""
 
@@ -426,8 +433,6 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 elif step.param_bytes > 0:
                     yield from flow(lp.dp_plan("all_gather", step.param_bytes), s, label=label("zero3", j))
                 stats[s]["comm"] += env.now - t1
-            if step.ring is not None and step.ring.plan is not None:
-                env.process(flow(step.ring.plan, s, label=label("context ring", j)))
             beside = []
             if groups and lp.tp_overlap:
                 # the collectives run beside the compute, which slows while they hold SMs
@@ -437,20 +442,25 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             tensors = step.grad_tensor_bytes
             grads = sum(tensors)
             # the compute runs in pieces: up to each collective that starts inside the layer (holding
-            # the compute, or beside it until its deadline), up to each deadline, and, where buckets
-            # fill, up to each weight gradient it finishes (where the layer says; else at a steady rate)
-            marks: list[tuple[float, int, Any]] = []  # (fraction, order at a tie, what)
+            # the compute, or beside it until its deadline), up to each deadline, where buckets fill
+            # up to each weight gradient it finishes (where the layer says; else at a steady rate),
+            # and up to where each context-parallel ring starts and where the layer waits for it. At a
+            # tie: a ring starts, a gradient lands, a ring is waited for, then a collective starts
+            marks: list[tuple[float, int, str, Any]] = []  # (fraction, order at a tie, kind, what)
             for a, b, plans in groups:
                 if a < 1.0:
-                    marks.append((a, 1, (b, plans)))
-            if step.ring is not None and step.ring.wait_s > 0:
-                marks.append((step.ring.at, -1, step.ring.wait_s))  # before what follows the attention
+                    marks.append((a, 3, "collective", (b, plans)))
+            for ring_ in step.rings:
+                if ring_.plan is not None:
+                    marks.append((ring_.start, 0, "ring", ring_.plan))
+                if ring_.wait_s > 0:
+                    marks.append((ring_.at, 2, "ring wait", ring_.wait_s))
             if reduce_grads and grads > 0:
                 finished = 0.0
                 for k, nbytes in enumerate(tensors):
                     finished += nbytes
                     ready = step.grad_tensor_at[k] if step.grad_tensor_at else finished / grads
-                    marks.append((min(1.0, ready), 0, nbytes))
+                    marks.append((min(1.0, ready), 1, "gradient", nbytes))
             marks.sort(key=lambda x: x[:2])
             t_compute = env.now
             done = 0.0
@@ -461,27 +471,29 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
                 # a deadline at the fraction where a collective starts is met first: the next
                 # collective on the stream waits for the one before it (Megatron-LM's handle.wait())
                 if i < len(marks) and marks[i][0] < due:
-                    f, kind_, what = marks[i]
+                    f, _, kind_, what = marks[i]
                     i += 1
                 else:  # a collective's deadline comes first: the compute waits there for it
-                    f, kind_, what = due, 2, None
+                    f, kind_, what = due, "deadline", None
                 if f > done:
                     yield from compute_for(s, step.compute_s * (f - done))
                     done = f
-                if kind_ == 2:
+                if kind_ == "deadline":
                     t1 = env.now
                     for _, proc in [x for x in pending if x[0] <= f]:
                         yield proc
                     pending = [x for x in pending if x[0] > f]
                     stats[s]["comm"] += env.now - t1
-                elif kind_ == -1:
+                elif kind_ == "ring":
+                    env.process(flow(what, s, label=label("context ring", j)))
+                elif kind_ == "ring wait":
                     t1 = env.now
                     yield env.timeout(what)
                     stats[s]["comm"] += what
                     if record_spans:
                         spans.append(Span(stage_track(s, "context ring"), label("ring attention (exposed)", j), t1,
                                           env.now))
-                elif kind_ == 1:
+                elif kind_ == "collective":
                     until, plans = what
                     if until > f:
                         pending.append((until, env.process(flows_in_turn(plans, s, label("", j)))))
@@ -787,26 +799,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             unit_shard[key] = ((1.0 - experts) / (d * cp) + experts / (d // e) if par.zero_stage >= 1 else 1.0)
         kernels = unit_kernels["block"]
         h = r.hidden_size
-        ring_wait_f = ring_wait_b = ring_bytes_f = ring_bytes_b = 0.0
         kv_bytes = 2.0 * spec.batch_size * seq * rt.num_kv_heads * r.head_dim * act_bytes  # this GPU's share
         recomputes_attention = spec.activation_checkpointing != "none"
-        if ring > 1:
-            # keys and values of this GPU's share (after the all-to-alls, its group's share for 1/a2a of
-            # the key-value heads: as many bytes), passed to the next member of the ring while the
-            # attention step on the previous share runs; the backward passes keys, values and their
-            # gradients
-            in_node = _group_per_node(gpn, t * a2a, ring) >= ring
-
-            def hop(nbytes: float) -> CollectivePlan:
-                return plan_collective("send_recv", nbytes, 2, fabric, gpus_per_node=2 if in_node else 1)
-
-            ring_wait_f = _ring_wait_s(kernels, "forward", hop(kv_bytes).time_s)
-            ring_wait_b = _ring_wait_s(kernels, "backward", hop(2 * kv_bytes).time_s)
-            ring_bytes_f = (ring - 1) * kv_bytes
-            ring_bytes_b = 2 * ring_bytes_f
-            if recomputes_attention:
-                ring_wait_b += _ring_wait_s(kernels, "recompute", hop(kv_bytes).time_s)
-                ring_bytes_b += ring_bytes_f
         moe = r.num_experts > 1
         tp_ar = tokens * h * act_bytes
         tp_ar_plan, tp_rs, tp_ag = (group_plan(c, tp_ar, t, 1) if t > 1 else None
@@ -902,10 +896,23 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         # each block passes its keys and values around the ring beside its attention, and waits for
         # what the attention steps do not hide where its attention ends (the backward's, its
         # recompute's wait included, where the backward's attention ends)
-        ring_f = ring_b = None
+        rings: dict[str, tuple[LayerRing, ...]] = {"forward": (), "backward": ()}
         if ring > 1:
-            ring_f = LayerRing(hop(ring_bytes_f), ring_wait_f, where.after("forward", "attention"))
-            ring_b = LayerRing(hop(ring_bytes_b), ring_wait_b, where.after("backward", "attention"))
+            # keys and values of this GPU's share (after the all-to-alls, its group's share for 1/a2a of
+            # the key-value heads: as many bytes), passed to the next member of the ring while the
+            # attention step on the previous share runs; the backward passes keys, values and their
+            # gradients, and a recompute of the attention passes the keys and values again first
+            in_node = _group_per_node(gpn, t * a2a, ring) >= ring
+
+            def ring_of(phase: str, hop_bytes: float) -> LayerRing:
+                def hop(nbytes: float) -> CollectivePlan:
+                    return plan_collective("send_recv", nbytes, 2, fabric, gpus_per_node=2 if in_node else 1)
+                return LayerRing(hop((ring - 1) * hop_bytes), _ring_wait_s(kernels, phase, hop(hop_bytes).time_s),
+                                 where.after(phase, "attention"), where.before(phase, "attention"))
+
+            rings["forward"] = (ring_of("forward", kv_bytes),)
+            rings["backward"] = ((ring_of("recompute", kv_bytes),) if recomputes_attention else ()) + (
+                ring_of("backward", 2 * kv_bytes),)
         # each unit's blocking collectives in its forward and in its backward, with where they run: a
         # block's tensor-parallel all-reduces (those of its recompute too, with full checkpointing),
         # its expert all-to-alls and context-parallel exchanges; the all-reduce after the
@@ -983,8 +990,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                     grad_layers=tuple(tuple(n * grad_b for n in unit_tensors[u]) for u in back),
                     grad_layers_at=tuple(grads_at[u] for u in back),
                     send_bytes=tp_ar / t,
-                    layer_ring_forward=tuple(ring_f if u == "block" else None for u in units),
-                    layer_ring_backward=tuple(ring_b if u == "block" else None for u in back)))
+                    layer_ring_forward=tuple(rings["forward"] if u == "block" else () for u in units),
+                    layer_ring_backward=tuple(rings["backward"] if u == "block" else () for u in back)))
             stages.append(StageModel(chunks, opt, norm))
     else:
         phases, res = _phase_times(hardware, list(workload.graph.nodes), workload.name, spec, launch_mode)

@@ -20,7 +20,7 @@ from gpusim.workload.expand import (
 from gpusim.workload.graph import GraphError, OpNode, WorkloadGraph, chain, order_nodes
 from gpusim.workload.layers import ModelError
 from gpusim.workload.memory import (LIBRARY_WORKSPACE_BYTES, MemoryFootprint, model_states, peak_activation_bytes,
-                                    stage_chunks)
+                                    stage_chunks, stage_layers)
 from gpusim.workload.models import CONFIG_CLASSES
 from gpusim.workload.models import cnn, mlp, resnet
 from gpusim.workload.models import transformer as T
@@ -391,25 +391,30 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
         model_flop = graph.total_flop()
 
     # memory
-    from gpusim.workload.ops import OptimizerUpdate, dtype_bytes
-    # a library workspace and the largest output a kernel of the GPU's layers writes: the largest
-    # output of each layer (by name: ``layer3.fc1``, ``prefill.layer3.fc1``; None for a kernel of no
-    # layer, which every stage counts)
+    from gpusim.workload.ops import Embedding, OptimizerUpdate, dtype_bytes
+    # a library workspace and the largest output a kernel of the GPU's layers writes, this rank's
+    # share: each layer's largest output (by name: ``layer3.fc1``, ``prefill.layer3.fc1``; None for a
+    # kernel of no layer, which every stage counts), split over the tensor-parallel ranks and, but for
+    # the weight gradients (a weight-gradient GEMM's, the embedding's table), the context-parallel ones
     names = {layer.name for layer in layers}
     written: dict[str | None, float] = {}
     for n in graph.nodes:
         if n.phase != "optimizer":
             owner = next((part for part in n.name.split(".")[:2] if part in names), None)
-            written[owner] = max(written.get(owner, 0.0), n.op.bytes_written())
+            weight_sized = n.name.endswith(".wgrad") or (isinstance(n.op, Embedding) and n.phase == "backward")
+            share = n.op.bytes_written() / (par.tensor * (1 if weight_sized else par.context))
+            written[owner] = max(written.get(owner, 0.0), share)
 
     def workspace_of(held: Sequence) -> float:
-        largest = max([written.get(None, 0.0)] + [written.get(layer.name, 0.0) for layer in held])
-        return LIBRARY_WORKSPACE_BYTES + largest / par.tensor
-    # each pipeline stage holds its own model chunks (the first the embedding, the last the head)
-    chunks_by_stage = stage_chunks(layers, par.pipeline, par.virtual_stages) if r is not None else [[list(layers)]]
-    if r is not None and par.pipeline > 1:
-        chunks_by_stage[-1][-1][-1] = T.pipelined_head(r, chunks_by_stage[-1][-1][-1])
-    held_by_stage = [[layer for chunk in chunks for layer in chunk] for chunks in chunks_by_stage]
+        return LIBRARY_WORKSPACE_BYTES + max([written.get(None, 0.0)] + [written.get(layer.name, 0.0) for layer in held])
+    # each pipeline stage holds its own model chunks (the first the embedding, the last the head, with
+    # its copy of a tied embedding)
+    if r is not None:
+        staged = list(layers[:-1]) + [T.pipelined_head(r, layers[-1]) if par.pipeline > 1 else layers[-1]]
+        chunks_by_stage = stage_chunks(staged, par.pipeline, par.virtual_stages)
+        held_by_stage = stage_layers(staged, par.pipeline, par.virtual_stages)
+    else:
+        chunks_by_stage, held_by_stage = [[list(layers)]], [list(layers)]
     if training:
         state = OptimizerUpdate(num_parameters=1, optimizer=spec.optimizer_name, dtype=p.weight_dtype,
                                 master_weights=p.master_weights).state_bytes_per_parameter()

@@ -14,7 +14,7 @@ norms' inputs, the column-parallel GEMMs' input and the dropout masks stay whole
 Korthikanti et al. 2022) and over the context-parallel GPUs c, each of which holds 1/c of every
 sequence (ZeRO then shards over the data x context GPUs, which all hold the same weights). A
 pipeline stage holds its own layers' states (the first stage the embedding, the last the head; see
-:func:`stage_layers`) and the activations of the chunk forwards its schedule keeps in flight at its
+:func:`stage_chunks`) and the activations of the chunk forwards its schedule keeps in flight at its
 peak (1F1B's stage s min(p - s, micro-batches), GPipe all of them; see
 :func:`peak_activation_bytes`); a training footprint is its fullest stage's. The KV cache is split
 over min(t, kv_heads) and p.
@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
+
+from gpusim.workload.schedule import pipeline_order
 
 if TYPE_CHECKING:
     from gpusim.workload.layers import Layer
@@ -72,8 +74,6 @@ def peak_activation_bytes(schedule: str, stages: int, microbatches: int, virtual
     section 4.2.3), as many of each chunk as the order runs. One stage: one micro-batch at a time."""
     if stages <= 1:
         return float(sum(chunk_bytes))
-    from gpusim.workload.schedule import pipeline_order
-
     live = peak = 0.0
     for kind, _, chunk in pipeline_order(schedule, stages, microbatches, stage, virtual_stages):
         live += chunk_bytes[chunk] if kind == "F" else -chunk_bytes[chunk]

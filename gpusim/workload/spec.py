@@ -381,6 +381,9 @@ class ParallelismSpec(Spec):
             raise field_error("virtual_stages", "virtual stages need schedule: interleaved")
         if self.schedule == "interleaved" and self.virtual_stages < 2:
             raise field_error("schedule", "the interleaved schedule needs virtual_stages >= 2")
+        if self.schedule == "interleaved" and self.pipeline < 2:
+            raise field_error("schedule", "the interleaved schedule interleaves model chunks across pipeline "
+                              "stages; it needs pipeline >= 2")
         if self.tp_comm_overlap and self.expert > 1:
             raise field_error("tp_comm_overlap", "overlapping tensor-parallel collectives is modelled for dense "
                               "layers only, not with expert parallelism (its all-to-alls)")
