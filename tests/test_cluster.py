@@ -380,6 +380,17 @@ def test_collectives_run_where_their_layer_places_them():
         ChunkModel(1.0, 0.0, 1, layer_comm_forward=((plan,),))
 
 
+def _layer_pass(items, name):
+    """Llama-2 7B (2 layers) with ``items`` on a DGX H100: the span of layer pass ``name`` (``F0 layer 0``)
+    on stage 0 and the collectives on its NVLink port, in order."""
+    w = load_workload("llama2_7b_train", ["config.num_layers=2"] + items)
+    r = simulate_system(load_hardware("dgx_h100"), w, record_spans=True)
+    layer = next(s for s in r.spans if s.track == "stage 0 layers" and s.name == name)
+    comm = sorted((s for s in r.spans if s.track == "stage 0 NVLink port" and s.name.endswith(name)),
+                  key=lambda s: s.start_s)
+    return layer, comm
+
+
 @pytest.mark.parametrize("sequence_parallel, names", [
     (False, ["all_reduce", "all_reduce"]),
     (True, ["all_gather", "reduce_scatter", "all_gather", "reduce_scatter"])])
@@ -387,12 +398,8 @@ def test_a_blocks_tensor_parallel_collectives_run_between_its_gemms(sequence_par
     # Megatron-LM's order in a block's forward: (all-gather,) QKV, attention, output projection,
     # all-reduce (reduce-scatter), norm, (all-gather,) FC1, FC2, all-reduce (reduce-scatter): only the
     # last one waits for the whole layer's compute
-    w = load_workload("llama2_7b_train", ["config.num_layers=2", "parallelism.tensor=2",
-                                          f"parallelism.sequence_parallel={str(sequence_parallel).lower()}"])
-    r = simulate_system(load_hardware("dgx_h100"), w, record_spans=True)
-    layer = next(s for s in r.spans if s.track == "stage 0 layers" and s.name == "F0 layer 0")
-    comm = sorted((s for s in r.spans if s.track == "stage 0 NVLink port" and s.name.endswith("F0 layer 0")),
-                  key=lambda s: s.start_s)
+    layer, comm = _layer_pass(["parallelism.tensor=2", f"parallelism.sequence_parallel={str(sequence_parallel).lower()}"],
+                              "F0 layer 0")
     assert [s.name.split()[0] for s in comm] == names
     # all but the last inside the layer's span
     assert all(layer.start_s < s.start_s and s.end_s < layer.end_s for s in comm[:-1])
@@ -413,12 +420,8 @@ def test_a_blocks_backward_runs_its_input_gradient_collectives_beside_the_weight
     # data gradient first. The blocking all-gathers before the row-parallel GEMMs add their time to
     # the layer's; those beside the GEMMs are shorter than them and only take their SM share from
     # the compute while they run.
-    w = load_workload("llama2_7b_train", ["config.num_layers=2", "parallelism.tensor=2",
-                                          f"parallelism.sequence_parallel={str(sequence_parallel).lower()}"])
-    r = simulate_system(load_hardware("dgx_h100"), w, record_spans=True)
-    layer = next(s for s in r.spans if s.track == "stage 0 layers" and s.name == "B0 layer 0")
-    comm = sorted((s for s in r.spans if s.track == "stage 0 NVLink port" and s.name.endswith("B0 layer 0")),
-                  key=lambda s: s.start_s)
+    layer, comm = _layer_pass(["parallelism.tensor=2", f"parallelism.sequence_parallel={str(sequence_parallel).lower()}"],
+                              "B0 layer 0")
     assert [s.name.split()[0] for s in comm] == names
     assert all(layer.start_s < s.start_s and s.end_s < layer.end_s for s in comm)
     blocking = comm[0::3] if sequence_parallel else []
@@ -433,11 +436,7 @@ def test_the_reduce_scatter_waits_for_the_second_all_gather():
     # Llama-2 7B on TP 8 with sequence parallelism: the input's all-gather beside FC1's and QKV's
     # data gradients outlasts them, and the input gradient's reduce-scatter starts only once it ends
     # (one stream of collectives; Megatron-LM waits on the gather before it reduce-scatters)
-    w = load_workload("llama2_7b_train", ["config.num_layers=2", "parallelism.tensor=8",
-                                          "parallelism.sequence_parallel=true"])
-    r = simulate_system(load_hardware("dgx_h100"), w, record_spans=True)
-    comm = sorted((s for s in r.spans if s.track == "stage 0 NVLink port" and s.name.endswith("B0 layer 0")),
-                  key=lambda s: s.start_s)
+    _, comm = _layer_pass(["parallelism.tensor=8", "parallelism.sequence_parallel=true"], "B0 layer 0")
     assert [s.name.split()[0] for s in comm] == ["all_gather", "all_gather", "reduce_scatter"] * 2
     for gather, scatter in ((comm[1], comm[2]), (comm[4], comm[5])):
         assert scatter.start_s >= gather.end_s - 1e-12
