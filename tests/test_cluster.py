@@ -398,8 +398,8 @@ def test_a_blocks_tensor_parallel_collectives_run_between_its_gemms(sequence_par
     # Megatron-LM's order in a block's forward: (all-gather,) QKV, attention, output projection,
     # all-reduce (reduce-scatter), norm, (all-gather,) FC1, FC2, all-reduce (reduce-scatter): only the
     # last one waits for the whole layer's compute
-    layer, comm = _layer_pass(["parallelism.tensor=2", f"parallelism.sequence_parallel={str(sequence_parallel).lower()}"],
-                              "F0 layer 0")
+    sp = f"parallelism.sequence_parallel={str(sequence_parallel).lower()}"
+    layer, comm = _layer_pass(["parallelism.tensor=2", sp], "F0 layer 0")
     assert [s.name.split()[0] for s in comm] == names
     # all but the last inside the layer's span
     assert all(layer.start_s < s.start_s and s.end_s < layer.end_s for s in comm[:-1])
@@ -420,8 +420,8 @@ def test_a_blocks_backward_runs_its_input_gradient_collectives_beside_the_weight
     # data gradient first. The blocking all-gathers before the row-parallel GEMMs add their time to
     # the layer's; those beside the GEMMs are shorter than them and only take their SM share from
     # the compute while they run.
-    layer, comm = _layer_pass(["parallelism.tensor=2", f"parallelism.sequence_parallel={str(sequence_parallel).lower()}"],
-                              "B0 layer 0")
+    sp = f"parallelism.sequence_parallel={str(sequence_parallel).lower()}"
+    layer, comm = _layer_pass(["parallelism.tensor=2", sp], "B0 layer 0")
     assert [s.name.split()[0] for s in comm] == names
     assert all(layer.start_s < s.start_s and s.end_s < layer.end_s for s in comm)
     blocking = comm[0::3] if sequence_parallel else []
@@ -447,7 +447,8 @@ def test_expert_gemms_and_the_head_gather_what_their_frameworks_gather():
     # only the attention's QKV gathers its input a second time in the backward. The head's output
     # layer is column-parallel: it gathers its input after the final norm in the forward, and in the
     # backward gathers it again beside its data gradient and reduce-scatters the input gradient
-    w = load_workload("mixtral_8x7b_train", ["config.num_layers=2", "batch_size=1", "parallelism.tensor=2", "parallelism.data=4", "parallelism.expert=4",
+    w = load_workload("mixtral_8x7b_train", ["config.num_layers=2", "batch_size=1", "parallelism.tensor=2",
+                                             "parallelism.data=4", "parallelism.expert=4",
                                              "parallelism.sequence_parallel=true", "activation_checkpointing=none"])
     r = simulate_system(load_hardware("dgx_h100"), w, record_spans=True)
     names = [part for s in sorted(r.spans, key=lambda s: s.start_s)

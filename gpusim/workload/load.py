@@ -406,7 +406,8 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
             written[owner] = max(written.get(owner, 0.0), share)
 
     def workspace_of(held: Sequence) -> float:
-        return LIBRARY_WORKSPACE_BYTES + max([written.get(None, 0.0)] + [written.get(layer.name, 0.0) for layer in held])
+        largest = max([written.get(None, 0.0)] + [written.get(layer.name, 0.0) for layer in held])
+        return LIBRARY_WORKSPACE_BYTES + largest
     # each pipeline stage holds its own model chunks (the first the embedding, the last the head, with
     # its copy of a tied embedding)
     if r is not None:
