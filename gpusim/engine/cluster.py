@@ -778,9 +778,9 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         unit_tensor_ops: dict[str, tuple[str, ...]] = {}
         unit_kernels: dict[str, Any] = {}
         unit_norm_s: dict[str, float] = {}
+        # the share of a unit's optimizer work each GPU does: ZeRO shards the dense weights' over the
+        # data- and context-parallel GPUs, the experts' over the data-parallel GPUs holding the same experts
         unit_shard: dict[str, float] = {}
-        """The share of a unit's optimizer work each GPU does: ZeRO shards the dense weights' over the
-        data- and context-parallel GPUs, the experts' over the data-parallel GPUs holding the same experts."""
         for key, layer in units.items():
             nodes = training_nodes([layer], fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
                                    micro_batches=m, optimizer=spec.optimizer_name, policy=pol,
@@ -794,7 +794,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             unit_tensors[key] = tuple(float(f.num_parameters) for f in held)
             unit_tensor_ops[key] = tuple(f.name for f in held)
             unit_kernels[key] = res.kernels
-            unit_norm_s[key] = sum(k.time_s + k.launch_gap_s for k in res.kernels if k.node.endswith(".grad_norm"))
+            unit_norm_s[key] = _grad_norm_s(res.kernels)
             experts = sum(f.num_parameters for f in layer.ops if f.expert) / max(1, layer.num_parameters())
             unit_shard[key] = ((1.0 - experts) / (d * cp) + experts / (d // e) if par.zero_stage >= 1 else 1.0)
         kernels = unit_kernels["block"]
@@ -999,7 +999,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         params = float(workload.num_parameters)
         layers_with_params = len({n.layer for n in workload.graph.nodes if n.phase == "optimizer"}) or 1
         shards = d if par.zero_stage >= 1 else 1
-        norm = sum(k.time_s + k.launch_gap_s for k in kernels if k.node.endswith(".grad_norm")) / shards
+        norm = _grad_norm_s(kernels) / shards
         stages = [StageModel([ChunkModel(phases.get("forward", 0.0),
                                          phases.get("backward", 0.0) + phases.get("recompute", 0.0),
                                          layers_with_params, grad_bytes=params * grad_b,
@@ -1110,6 +1110,12 @@ class _BlockTimeline:
 
     def after(self, phase: str, name: str, part: str | None = None) -> float:
         return self._edge(phase, name, True, part)
+
+
+def _grad_norm_s(kernels) -> float:
+    """Seconds the kernels spend on the local gradient norm (the ``<layer>.grad_norm`` passes of
+    :func:`gpusim.workload.expand.training_nodes`)."""
+    return sum(k.time_s + k.launch_gap_s for k in kernels if k.node.endswith(".grad_norm"))
 
 
 def _ring_wait_s(kernels, phase: str, hop_s: float) -> float:
