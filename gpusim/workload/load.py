@@ -430,7 +430,9 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
                                                      tensor=par.tensor, sequence_parallel=par.sequence_parallel)
             return kept / par.context, buffer / par.context
 
-        def stage_footprint(stage: int, held: Sequence) -> MemoryFootprint:
+        def stage_footprint(stage: int, held: Sequence, chunks: Sequence) -> MemoryFootprint:
+            """Stage ``stage``'s footprint: the model states of its ``held`` layers, the activations
+            of its model ``chunks`` in flight."""
             expert_params = sum(f.num_parameters for layer in held for f in layer.ops if f.expert)
             dense_params = sum(layer.num_parameters() for layer in held) - expert_params
             states = [model_states(
@@ -452,7 +454,7 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
                 grads += held_layers * largest * dtype_bytes(par.grad_reduce_dtype or p.grad_dtype)
             # the chunk forwards the schedule keeps in flight at the stage's peak; one layer is
             # recomputed at a time
-            per_chunk = [activations_of(chunk, spec.activation_checkpointing) for chunk in chunks_by_stage[stage]]
+            per_chunk = [activations_of(chunk, spec.activation_checkpointing) for chunk in chunks]
             activations = peak_activation_bytes(par.schedule, par.pipeline, par.microbatches or ga, par.virtual_stages,
                                                 stage, [kept for kept, _ in per_chunk]) + max(b for _, b in per_chunk)
             return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace_of(held),
@@ -460,7 +462,8 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
 
         # each stage also holds the micro-batches its schedule keeps in flight; the footprint is the
         # largest stage's
-        by_stage = [stage_footprint(s, held) for s, held in enumerate(held_by_stage)]
+        by_stage = [stage_footprint(s, held, chunks)
+                    for s, (held, chunks) in enumerate(zip(held_by_stage, chunks_by_stage))]
         if spec.activation_checkpointing == "selective":
             kept_all = sum(activations_of(layers, "none"))
             saved = kept_all - sum(activations_of(layers, "selective"))
