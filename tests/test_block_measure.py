@@ -78,7 +78,11 @@ def test_a_stand_in_run_writes_measured_beside_simulated(tmp_path, capsys):
     assert float(by[("forward", "all")]["simulated_s"]) == pytest.approx(forward, rel=1e-5)  # 6 digits in the CSV
     assert float(by[("step", "all")]["simulated_s"]) == pytest.approx(step, rel=1e-5)
     assert all(float(by[(p, c)]["simulated_s"]) > 0 for p in ("forward", "backward") for c in B.BLOCK_CLASSES)
-    assert paths[1].name == "block_provenance.json"
+    kernel_table = list(csv.DictReader(paths[1].open()))
+    assert [(r["phase"], r["kernel"], r["kernel_class"]) for r in kernel_table] == [
+        (p, n, B.kernel_class(n)) for n, _, p in kernels]
+    assert float(kernel_table[3]["device_s"]) == pytest.approx(6e-4)
+    assert paths[2].name == "block_provenance.json"
     summary = capsys.readouterr().err.splitlines()
     assert len(summary) == len(rows) and "forward: measured 0.500 ms" in summary[0]
 

@@ -89,9 +89,13 @@ def test_library_rows_load_as_measurements_and_pin_the_named_tile(h100, tmp_path
 
 def test_fp8_probes_run_only_where_fp8_tensor_cores_exist():
     fp8 = [p for p in L.LIBRARY_PROBES if p.dtype == "fp8_e4m3"]
-    assert [p.k for p in fp8 if not p.fast_accum] == [512, 1024, 2048, 4096, 8192, 16384]
-    assert [p.k for p in fp8 if p.fast_accum] == [2048, 8192]  # the same products, fast accumulation
-    assert all((p.m, p.n) == (8192, 8192) for p in fp8)
+    square = [p for p in fp8 if p.m == 8192]
+    assert [p.k for p in square if not p.fast_accum] == [512, 1024, 2048, 4096, 8192, 16384]
+    assert [p.k for p in square if p.fast_accum] == [2048, 8192]  # the same products, fast accumulation
+    # the prefill rows, each beside a BF16 product of the same shape
+    rows = [(p.m, p.n, p.k) for p in fp8 if p.m != 8192]
+    assert rows == [(128, 8192, 8192), (512, 8192, 8192), (2048, 8192, 8192)]
+    assert set(rows) <= {(p.m, p.n, p.k) for p in L.LIBRARY_PROBES if p.dtype == "bf16"}
     # the BF16 sweep at the same output shape, whose 8192 point is the BF16 square
     bf16_k = {p.k for p in L.LIBRARY_PROBES if p.dtype == "bf16" and (p.m, p.n) == (8192, 8192)}
     assert bf16_k == {512, 1024, 2048, 4096, 8192, 16384}

@@ -8,7 +8,8 @@ PyTorch instead of gpusim's own kernels and writes ``library.csv`` (each row nam
 library ran and the tile their names state; :mod:`gpusim.cuda_backend.library`) and
 ``library_provenance.json`` (GPU, PyTorch and CUDA versions, date). The ``block`` suite times a
 transformer block's training step in PyTorch and writes ``block.csv``, measured beside simulated per
-phase and kernel class (:mod:`gpusim.cuda_backend.block`), and ``block_provenance.json``. On a machine
+phase and kernel class (:mod:`gpusim.cuda_backend.block`), ``block_kernels.csv`` (every profiled kernel) and
+``block_provenance.json``. On a machine
 without a CUDA GPU (or, for ``library`` and ``block``, without PyTorch) it says so in one line and exits 2.
 """
 
@@ -147,8 +148,9 @@ def execute_library(probes, machine, gpu: str, provenance: dict[str, Any], out_d
 def execute_block(probes, hardware_name: str, gpu: str, provenance: dict[str, Any], out_dir: Path,
                   runner: Callable, num_warmups: int, num_repeats: int, progress: Callable | None = None) -> list[Path]:
     """Run the block probes with ``runner`` (:func:`gpusim.cuda_backend.block.run_block_probes` or a
-    stand-in), simulate each on ``hardware_name`` and write ``block.csv`` and ``block_provenance.json``."""
-    from gpusim.cuda_backend.block import BLOCK_COLUMNS, block_rows, summary_lines
+    stand-in), simulate each on ``hardware_name`` and write ``block.csv``, ``block_kernels.csv`` (every
+    profiled kernel) and ``block_provenance.json``."""
+    from gpusim.cuda_backend.block import BLOCK_COLUMNS, KERNEL_COLUMNS, block_rows, kernel_rows, summary_lines
 
     results = runner(probes, num_warmups, num_repeats, progress=progress)
     rows = block_rows(results, gpu, hardware_name, provenance)
@@ -156,9 +158,11 @@ def execute_block(probes, hardware_name: str, gpu: str, provenance: dict[str, An
         print(line, file=sys.stderr)
     path = out_dir / "block.csv"
     _write_csv(path, BLOCK_COLUMNS, rows)
+    kernels_path = out_dir / "block_kernels.csv"
+    _write_csv(kernels_path, KERNEL_COLUMNS, kernel_rows(results, gpu))
     provenance_path = out_dir / "block_provenance.json"
     _write_json(provenance_path, provenance)
-    return [path, provenance_path]
+    return [path, kernels_path, provenance_path]
 
 
 def _torch_setup(args: argparse.Namespace, suite: str) -> tuple[dict[str, Any], str, dict[str, Any], Path] | None:

@@ -175,6 +175,17 @@ def block_rows(results: list[BlockResult], gpu: str, hardware_name: str, provena
     return rows
 
 
+KERNEL_COLUMNS = ("case_id", "gpu", "phase", "kernel_class", "kernel", "device_s")
+
+
+def kernel_rows(results: list[BlockResult], gpu: str) -> list[dict[str, Any]]:
+    """Rows of ``block_kernels.csv``: every kernel of each probe's profiled step in launch order, so a
+    class total in ``block.csv`` can be taken apart kernel by kernel."""
+    return [{"case_id": result.probe.case_id(gpu), "gpu": gpu, "phase": phase, "kernel_class": kernel_class(name),
+             "kernel": name, "device_s": seconds}
+            for result in results for name, seconds, phase in result.kernels]
+
+
 def _block_module(torch, probe: BlockProbe, device: str):
     """The block in eager PyTorch (written for this suite): pre-norm RMSNorm, bias-free projections,
     rotary embedding on queries and keys, causal SDPA over grouped-query heads, SwiGLU MLP."""

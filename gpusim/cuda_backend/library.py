@@ -88,6 +88,9 @@ LIBRARY_PROBES: tuple[LibraryProbe, ...] = tuple(
     + [LibraryProbe(2048, n, 2048, "bf16") for n in (2040, 2056, 2072)]
     # batch-1 decode: GEMV-shaped products
     + [LibraryProbe(1, n, 4096, "bf16") for n in (4096, 12288)]
+    # prefill-sized rows (a batch of 128-token prompts): is FP8's gain over BF16 smaller where few row
+    # tiles fill the chip? TensorRT-LLM's FP8 first-token times are simulated 16-35% short
+    + [LibraryProbe(m, 8192, 8192, dtype) for m in (128, 512, 2048) for dtype in ("bf16", "fp8_e4m3")]
 )
 """The shapes the suite runs: where the library's choice is what gpusim does not know."""
 
