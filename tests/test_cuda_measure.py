@@ -266,3 +266,55 @@ def test_measuring_one_op_keeps_the_other_rows_and_an_unknown_op_is_refused(h100
     with pytest.raises(ConfigError, match="--op: matmull: no such op"):
         execute(["kernels"], h100, "h100_sxm5_80gb", provenance, tmp_path, FakeLauncherFactory(), fake_timer,
                 num_warmups=1, num_repeats=3, ops=["matmull"])
+
+
+def test_the_event_timer_queues_a_spin_ahead_of_each_timed_launch(monkeypatch):
+    """An idle GPU records the start event at once and would count the host's launch time as the
+    kernel's; a spin kernel queued first must cover four times the warm-up's enqueue time (at least
+    the floor), and the events must bracket only the launch."""
+    import types
+
+    from gpusim.cuda_backend import micro as U
+
+    log: list[tuple] = []
+
+    class Event:
+        def __init__(self):
+            self.name = f"event{sum(1 for x in log if x[0] == 'new event')}"
+            log.append(("new event",))
+
+        def record(self):
+            log.append(("record", self.name))
+
+        def synchronize(self):
+            pass
+
+    fake = types.SimpleNamespace(event=lambda timing: Event(), synchronize=lambda: None,
+                                 device_array=lambda n, dtype: object(),
+                                 event_elapsed_time=lambda a, b: 0.25)  # milliseconds
+    import numba
+
+    monkeypatch.setattr(numba, "cuda", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "numba.cuda", fake)
+    monkeypatch.setattr(M, "_spin_seconds_per_iteration", lambda: 1e-6)
+    monkeypatch.setattr(U, "launch_spin", lambda out, iterations: log.append(("spin", iterations)))
+    clock = iter(range(100))
+    monkeypatch.setattr("time.perf_counter", lambda: next(clock) * 1e-3)  # every enqueue "takes" 1 ms
+
+    def launch(i):
+        log.append(("launch", i))
+
+    times = M.cuda_event_timer(launch, 2, 3)
+    assert times == [0.25e-3] * 3
+    timed = [x for x in log if x[0] in ("spin", "launch", "record")]
+    assert timed[:2] == [("launch", 0), ("launch", 1)]  # warm-ups, not timed
+    # 4 x 1 ms of enqueue over 1 us per spin iteration; then start, launch, end, for each repeat
+    for r in range(3):
+        spin, start, run, end = timed[2 + 4 * r: 6 + 4 * r]
+        assert spin[0] == "spin" and spin[1] == pytest.approx(4000, abs=1) and run == ("launch", 2 + r)
+        assert start[0] == end[0] == "record" and start[1] != end[1]
+    # a fast enqueue still gets the floor
+    log.clear()
+    monkeypatch.setattr("time.perf_counter", lambda: 0.0)
+    M.cuda_event_timer(launch, 1, 1)
+    assert [x[1] for x in log if x[0] == "spin"] == [pytest.approx(1000, abs=1)]

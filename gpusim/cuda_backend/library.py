@@ -94,6 +94,12 @@ LIBRARY_PROBES: tuple[LibraryProbe, ...] = tuple(
 )
 """The shapes the suite runs: where the library's choice is what gpusim does not know."""
 
+HOST_COVER_CYCLES = 2_000_000
+"""GPU clock cycles (about 1 ms at the 1.4-2 GHz of the GPUs measured) that ``torch.cuda._sleep`` keeps
+the stream busy before each timed call: the host queues the start event, the call (PyTorch's
+dispatch and cuBLAS's heuristic, tens of microseconds) and the end event behind it, so the events
+bracket the kernels alone. Without it a small product's time is mostly the host's."""
+
 SPLIT_K_MARKERS = ("splitkreduce", "split_k_reduce", "splitk_reduce", "_splitk_")
 """Lower-case name fragments of a split-K GEMM or its reduction kernel (cuBLAS's ``splitKreduce_kernel``;
 ``nvjet_..._splitK_...`` GEMMs)."""
@@ -268,6 +274,7 @@ def run_library_probes(probes, num_warmups: int, num_repeats: int, l2_bytes: flo
         for i in range(num_repeats):
             operands = sets[i % len(sets)]
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(HOST_COVER_CYCLES)  # the host queues the call behind it (see the constant)
             start.record()
             call(*operands)
             end.record()

@@ -19,6 +19,7 @@ inputs in L2), except for the cache microbenchmarks, which measure a cache on pu
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -219,16 +220,37 @@ class Launcher:
     release: Callable[[], None] = field(default=lambda: None)
 
 
+HOST_COVER_FLOOR_S = 1e-3
+"""Least time the spin kernel keeps the GPU busy ahead of each timed launch."""
+SPIN_CALIBRATION_ITERATIONS = 1 << 20
+
+
 def cuda_event_timer(launch: Launch, num_warmups: int, num_repeats: int) -> list[float]:
-    """Each repeat between two CUDA events on the default stream, after ``num_warmups`` launches."""
+    """Each repeat between two CUDA events on the default stream, after ``num_warmups`` launches.
+
+    The host needs tens of microseconds to hand a launch to the driver (Numba's argument handling,
+    a synchronous copy's setup); an idle GPU would record the start event at once and count that
+    time as the kernel's. So a spin kernel is queued first, long enough (four times the measured
+    enqueue time of a warm-up launch, at least ``HOST_COVER_FLOOR_S``) for the host to queue the
+    start event, the launch and the end event behind it: the events then bracket the kernel alone."""
+    import time
+
     from numba import cuda
 
+    from gpusim.cuda_backend import micro as U
+
+    sink = cuda.device_array(1, dtype="float32")
+    enqueue_s = 0.0
     for i in range(num_warmups):
+        before = time.perf_counter()
         launch(i)
+        enqueue_s = time.perf_counter() - before
     cuda.synchronize()
+    spin_iterations = max(1, math.ceil(max(HOST_COVER_FLOOR_S, 4 * enqueue_s) / _spin_seconds_per_iteration()))
     times = []
     for r in range(num_repeats):
         start, end = cuda.event(timing=True), cuda.event(timing=True)
+        U.launch_spin(sink, spin_iterations)
         start.record()
         launch(num_warmups + r)
         end.record()
@@ -237,16 +259,44 @@ def cuda_event_timer(launch: Launch, num_warmups: int, num_repeats: int) -> list
     return times
 
 
+@functools.lru_cache(maxsize=None)
+def _spin_seconds_per_iteration() -> float:
+    """Seconds per iteration of the spin kernel, timed once per process (a long run, so the launch's
+    own host time is a small share of it)."""
+    from numba import cuda
+
+    from gpusim.cuda_backend import micro as U
+
+    sink = cuda.device_array(1, dtype="float32")
+    U.launch_spin(sink, 16)  # compile
+    cuda.synchronize()
+    start, end = cuda.event(timing=True), cuda.event(timing=True)
+    start.record()
+    U.launch_spin(sink, SPIN_CALIBRATION_ITERATIONS)
+    end.record()
+    end.synchronize()
+    return max(cuda.event_elapsed_time(start, end) / 1e3, 1e-9) / SPIN_CALIBRATION_ITERATIONS
+
+
 def run_suite(cases: Iterable[MeasureCase], make_launcher: Callable[[MeasureCase], Launcher], timer: Timer,
               num_warmups: int = 3, num_repeats: int = 20,
               progress: Callable[[MeasureCase, Timing], None] | None = None) -> list[Timing]:
+    import sys
+
     timings = []
     for case in cases:
-        launcher = make_launcher(case)
         try:
-            times = timer(launcher.launch, num_warmups, num_repeats)
-        finally:
-            launcher.release()
+            launcher = make_launcher(case)
+            try:
+                times = timer(launcher.launch, num_warmups, num_repeats)
+            finally:
+                launcher.release()
+        except Exception as exc:  # the driver refused the launch: say so and time the other cases
+            if "OUT_OF_RESOURCES" not in str(exc):
+                raise
+            print(f"gpusim: measure: {case.case_id} left out: the GPU refused the launch ({str(exc)[:90]})",
+                  file=sys.stderr)
+            continue
         if len(times) != num_repeats or not all(t > 0 and math.isfinite(t) for t in times):
             raise ValueError(f"{case.case_id}: the timer returned {times!r}")
         timing = Timing(case.case_id, tuple(times), num_warmups, launcher.num_rotations,

@@ -1,4 +1,5 @@
-"""Microbenchmark kernels: pointer chase, stream (init/read/scale/triad), L2 read bandwidth, FMA.
+"""Microbenchmark kernels: pointer chase, stream (init/read/scale/triad), L2 read bandwidth, FMA, and
+the spin kernel the event timer queues ahead of a timed launch.
 
 The host-side helpers (:func:`chase_chain`, :func:`fma_reference`) are pure numpy, so verify can
 check what the kernels compute. ``numba`` is bound on first use, as in :mod:`.kernels`.
@@ -191,3 +192,26 @@ def fma_reference(num_threads: int, iterations: int, mul: float, add: float) -> 
     for _ in range(iterations):
         xs = [x * mul32 + add32 for x in xs]
     return np.sum(xs, axis=0, dtype=np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def _spin_kernel():
+    _bind_cuda()
+    from numba import types
+
+    f32 = types.float32
+
+    @cuda.jit
+    def spin(out, iterations):
+        x = f32(cuda.threadIdx.x) * f32(1e-3)
+        for _ in range(iterations):
+            x = x * f32(0.999) + f32(1e-3)  # each FMA waits for the one before
+        out[0] = x
+
+    return spin
+
+
+def launch_spin(out: Any, iterations: int) -> None:
+    """One thread of ``iterations`` dependent FP32 FMAs: keeps the stream busy for a while without
+    touching memory, so that work queued behind it starts the moment it ends."""
+    _spin_kernel()[1, 1](out, iterations)
