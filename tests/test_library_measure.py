@@ -74,10 +74,11 @@ def test_library_rows_load_as_measurements_and_pin_the_named_tile(h100, tmp_path
     assert bf16.case_id == "h100_sxm5_80gb_torch_bf16_mm_4096x4096x4096"
     assert bf16.measured_time_s == pytest.approx(1.2e-4)  # the median call
     assert bf16.measured_flop_per_s == pytest.approx(2 * 4096**3 / 1.2e-4, rel=1e-5)
-    assert bf16.kernel_tile == "128x256x64_s4_w8"  # 227 KiB / 48 KiB a stage -> 4 stages
+    # cuBLAS's 128 x 256 (column-major M x N) is PyTorch's 256 x 128; 227 KiB / 48 KiB a stage -> 4 stages
+    assert bf16.kernel_tile == "256x128x64_s4_w8"
     assert HOPPER_GEMM in bf16.notes
     # the longest kernel is the GEMM; the split-K reduction is reported, not parsed
-    assert fp32.kernel_tile == "128x64x8_s2_w4"
+    assert fp32.kernel_tile == "64x128x8_s2_w4"  # ampere_sgemm_128x64, transposed
     assert "the GEMM split K" in fp32.notes and "TF32 disabled" in fp32.notes
     assert tf32.kernel_tile is None and "states no tile" in tf32.notes
     # the rows simulate, the first with the tile its kernel's name states
@@ -128,7 +129,7 @@ def test_fp8_rows_name_the_scaled_mm_call_and_simulate(h100, tmp_path):
     assert case.case_id == "h100_sxm5_80gb_torch_fp8_e4m3_mm_8192x8192x2048"
     assert case.dtype == "fp8_e4m3" and case.measured_time_s == pytest.approx(2.0e-4)
     assert "torch._scaled_mm" in case.notes and "BF16 output" in case.notes
-    assert case.kernel_tile is not None and case.kernel_tile.startswith("128x256x128_")
+    assert case.kernel_tile is not None and case.kernel_tile.startswith("256x128x128_")  # transposed
     seconds, _ = simulate_case(case, h100, load_hardware("h100_sxm5_80gb").gpu)
     # 2 x 8192^2 x 2048 FLOP cannot beat the H100's dense FP8 peak (1,979 TFLOP/s)
     assert seconds > 2 * 8192**2 * 2048 / 1979e12
@@ -227,3 +228,18 @@ def test_layout_and_accumulation_rows_say_so_and_simulate(h100, tmp_path):
     device = load_hardware("h100_sxm5_80gb").gpu
     for case in (tf32, fast, promoted):
         assert simulate_case(case, h100, device)[0] > 0
+
+
+def test_a_cublas_tile_is_read_in_pytorchs_row_major_terms():
+    """PyTorch runs C = A B as cuBLAS's C^T = B^T A^T: a decode product of one row ran a kernel whose
+    name says 128 x 8, which is 8 rows (the one row, padded) by 128 columns."""
+    from gpusim.mapping.kernel_names import tile_of_kernel_name
+    from gpusim.mapping.plan import Tile
+
+    named = tile_of_kernel_name("nvjet_sm90_tst_128x8_64x12_4x1_v_bz_NNT", P.load_machine("h200_sxm_141gb"), "bf16")
+    assert (named.block_m, named.block_n, named.cluster, named.cluster_n) == (128, 8, 4, 1)
+    tile = L.row_major_tile(named)
+    assert (tile.block_m, tile.block_n, tile.block_k, tile.num_stages) == (8, 128, 64, 12)
+    assert (tile.cluster, tile.cluster_n) == (1, 4)
+    assert L.row_major_tile(tile) == named
+    assert isinstance(tile, Tile)

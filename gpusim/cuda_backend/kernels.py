@@ -225,8 +225,17 @@ def launch_gemm(plan: KernelPlan, a: Any, b: Any, c: Any, dtype: str, work: Any 
 # ------------------------------------------------------------------------------------ elementwise
 
 
+ELEMENTWISE_VECTORS_IN_FLIGHT = 2
+"""Vectors' worth of each input a thread loads before it computes and stores (the mapper's
+``elementwise_launch`` counts two 16-byte vectors per input in flight)."""
+
+
 @functools.lru_cache(maxsize=None)
 def _elementwise_kernel(function: str, threads: int, vec: int, vectors: int, dtype: str):
+    """Numba has no 16-byte vector loads, so each vector becomes ``vec`` scalar loads, laid out so that
+    every load instruction of a warp reads consecutive elements (coalesced), and issued in groups of
+    ``ELEMENTWISE_VECTORS_IN_FLIGHT`` vectors before the group's stores: the same bytes in flight per
+    thread as the plan. (Loads after a store cannot be hoisted above it: ``out`` may alias an input.)"""
     from numba import types
 
     _bind_cuda()
@@ -234,31 +243,43 @@ def _elementwise_kernel(function: str, threads: int, vec: int, vectors: int, dty
     f32 = types.float32
     tout = _types(dtype)
     per_cta = threads * vec * vectors
+    group = vec * ELEMENTWISE_VECTORS_IN_FLIGHT
+    groups = -(-vectors // ELEMENTWISE_VECTORS_IN_FLIGHT)
 
     if function == "add":
         @cuda.jit
         def add(x, y, out, n):
-            base = cuda.blockIdx.x * per_cta
-            t = cuda.threadIdx.x
-            for v in range(vectors):
-                start = base + (v * threads + t) * vec
-                for e in range(vec):
-                    i = start + e
+            first = cuda.blockIdx.x * per_cta + cuda.threadIdx.x
+            a = cuda.local.array(group, f32)
+            b = cuda.local.array(group, f32)
+            for g in range(groups):
+                base = first + g * group * threads
+                for e in range(group):
+                    i = base + e * threads
                     if i < n:
-                        out[i] = tout(f32(x[i]) + f32(y[i]))
+                        a[e] = f32(x[i])
+                        b[e] = f32(y[i])
+                for e in range(group):
+                    i = base + e * threads
+                    if i < n:
+                        out[i] = tout(a[e] + b[e])
 
         return add
 
     @cuda.jit
     def gelu(x, y, out, n):  # y unused: one signature for both functions
-        base = cuda.blockIdx.x * per_cta
-        t = cuda.threadIdx.x
-        for v in range(vectors):
-            start = base + (v * threads + t) * vec
-            for e in range(vec):
-                i = start + e
+        first = cuda.blockIdx.x * per_cta + cuda.threadIdx.x
+        a = cuda.local.array(group, f32)
+        for g in range(groups):
+            base = first + g * group * threads
+            for e in range(group):
+                i = base + e * threads
                 if i < n:
-                    z = f32(x[i])
+                    a[e] = f32(x[i])
+            for e in range(group):
+                i = base + e * threads
+                if i < n:
+                    z = a[e]
                     inner = f32(GELU_C) * (z + f32(GELU_A) * z * z * z)
                     out[i] = tout(f32(0.5) * z * (f32(1.0) + math.tanh(inner)))
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from gpusim.engine.machine import Machine
 from gpusim.accuracy import gpusim_dtype
 from gpusim.mapping.gemm import output_bytes_per_element, tile_misfit_reason
 from gpusim.mapping.kernel_names import tile_of_kernel_name
+from gpusim.mapping.plan import Tile
 from gpusim.measurements import KernelCase, columns
 from gpusim.workload.ops import DTYPE_BYTES
 
@@ -144,6 +145,8 @@ def library_rows(results: list[LibraryResult], gpu: str, provenance: dict[str, A
         kernel = result.gemm_kernel
         dtype = gpusim_dtype(probe.dtype)
         tile = tile_of_kernel_name(kernel, machine, dtype) if kernel else None
+        if tile is not None:
+            tile = row_major_tile(tile)
         if tile is not None and tile_misfit_reason(machine, dtype, tile) is None:
             row["kernel_tile"] = tile.label()
         if probe.dtype.startswith("fp8"):
@@ -171,6 +174,14 @@ def library_rows(results: list[LibraryResult], gpu: str, provenance: dict[str, A
         row["notes"] = "; ".join(notes)
         rows.append(row)
     return rows
+
+
+def row_major_tile(tile: Tile) -> Tile:
+    """The tile of a cuBLAS kernel that PyTorch ran, in PyTorch's terms. cuBLAS is column-major, so
+    PyTorch computes the row-major C = A B as the column-major C^T = B^T A^T: the kernel's M side
+    runs along PyTorch's N and its N side along M (a 1 x 12288 x 4096 product ran
+    ``nvjet_..._128x8_...``: 128 along the 12288 columns, 8 along the one row)."""
+    return replace(tile, block_m=tile.block_n, block_n=tile.block_m, cluster=tile.cluster_n, cluster_n=tile.cluster)
 
 
 def rotations_for(probe: LibraryProbe, l2_bytes: float, max_sets: int = 8) -> int:

@@ -387,7 +387,7 @@ def cuda_launcher(case: MeasureCase, machine: Machine) -> Launcher:
         return Launcher(launch, sets)
     if op == "pointer_chase":
         chain = cuda.to_device(U.chase_chain(case.get("working_set_bytes")))
-        out = cuda.to_device(np.zeros(2, np.int64))
+        out = cuda.to_device(np.zeros(2, np.uint64))
         steps = case.get("steps")
         return Launcher(lambda i: U.launch_chase(chain, steps, out), 1)
     if op == "stream":

@@ -33,13 +33,15 @@ def _bind_cuda() -> None:
 
 
 def chase_chain(working_set_bytes: int, seed: int = 0) -> np.ndarray:
-    """An int64 array of ``working_set_bytes`` whose nodes (one per 128-byte line) form one cycle
-    in random order: ``a[i]`` is the index of the node after ``i`` (random order defeats prefetch)."""
+    """A uint64 array of ``working_set_bytes`` whose nodes (one per 128-byte line) form one cycle
+    in random order: ``a[i]`` is the index of the node after ``i`` (random order defeats prefetch).
+    Unsigned, so that the kernel's step is one address computation and a load: Numba wraps a signed
+    index that might be negative, three more dependent instructions per step."""
     stride = CHASE_STRIDE_BYTES // 8
     n = max(1, working_set_bytes // 8)
     nodes = max(2, n // stride)
-    order = np.random.default_rng(seed).permutation(nodes).astype(np.int64) * stride
-    chain = np.zeros(nodes * stride, dtype=np.int64)
+    order = np.random.default_rng(seed).permutation(nodes).astype(np.uint64) * np.uint64(stride)
+    chain = np.zeros(nodes * stride, dtype=np.uint64)
     chain[order] = np.roll(order, -1)
     return chain
 
@@ -55,7 +57,7 @@ def _chase_kernel():
     @cuda.jit
     def chase(chain, steps, out):
         j = out[0]
-        visited = 0
+        visited = out[1] - out[1]  # a uint64 zero: adding uint64 to a signed literal would give a float
         for _ in range(steps):
             j = chain[j]
             visited += j
@@ -67,7 +69,7 @@ def _chase_kernel():
 
 def launch_chase(chain: Any, steps: int, out: Any) -> None:
     """One thread follows ``steps`` links from ``out[0]``; writes the final node to ``out[0]`` and
-    the sum of the visited node indices to ``out[1]`` (int64 array of 2)."""
+    the sum of the visited node indices to ``out[1]`` (uint64 array of 2)."""
     _chase_kernel()[1, 1](chain, steps, out)
 
 
@@ -115,6 +117,12 @@ def launch_stream(variant: str, grid: int, threads: int, a: Any, b: Any, c: Any,
     _stream_kernel(variant)[grid, threads](a, b, c, scalar)
 
 
+L2_PASSES_IN_FLIGHT = 4
+"""Passes a thread reads at once, each into its own sum, so that four loads are in flight per thread
+whatever the footprint: at 1 MiB the 2 x SMs x 1024 threads hold about one element each per pass, and
+one load at a time per thread leaves the L2 waiting on its own latency."""
+
+
 @functools.lru_cache(maxsize=None)
 def _l2_read_kernel():
     _bind_cuda()
@@ -124,17 +132,45 @@ def _l2_read_kernel():
         start, step = cuda.grid(1), cuda.gridsize(1)
         n = a.shape[0]
         shift = cuda.blockDim.x
-        s = 0.0
-        for p in range(passes):
-            # Each pass a CTA reads the slice its neighbour read the pass before (another SM, most
-            # likely), so the SM's own L1 does not serve the re-reads. No modulo in the inner loop.
+        s0 = 0.0
+        s1 = 0.0
+        s2 = 0.0
+        s3 = 0.0
+        # Each pass a CTA reads the slice its neighbour read the pass before (another SM, most
+        # likely), so the SM's own L1 does not serve the re-reads. No modulo in the inner loop.
+        p = 0
+        while p + 4 <= passes:
+            o0 = (p * shift) % n
+            o1 = ((p + 1) * shift) % n
+            o2 = ((p + 2) * shift) % n
+            o3 = ((p + 3) * shift) % n
+            for i in range(start, n, step):
+                j0 = i + o0
+                j1 = i + o1
+                j2 = i + o2
+                j3 = i + o3
+                if j0 >= n:
+                    j0 -= n
+                if j1 >= n:
+                    j1 -= n
+                if j2 >= n:
+                    j2 -= n
+                if j3 >= n:
+                    j3 -= n
+                s0 += a[j0]
+                s1 += a[j1]
+                s2 += a[j2]
+                s3 += a[j3]
+            p += 4
+        while p < passes:
             offset = (p * shift) % n
             for i in range(start, n, step):
                 j = i + offset
                 if j >= n:
                     j -= n
-                s += a[j]
-        out[start] = s
+                s0 += a[j]
+            p += 1
+        out[start] = (s0 + s1) + (s2 + s3)
 
     return l2_read
 

@@ -168,9 +168,9 @@ def vector_elements(dtype: str) -> int:
 
 @dataclass(frozen=True)
 class ElementwiseLayout:
-    """Each CTA owns ``elements_per_cta`` consecutive elements; thread t handles, for v in
-    range(vectors_per_thread), the ``vec`` consecutive elements starting at
-    ``cta_start + (v * threads + t) * vec`` (what one 16-byte vector load covers)."""
+    """Each CTA owns ``elements_per_cta`` consecutive elements, ``vec`` per 16-byte vector and
+    ``vectors_per_thread`` vectors' worth per thread; thread t handles elements ``cta_start + t + j * threads``
+    (j < vec * vectors_per_thread), so that each load instruction of a warp is coalesced."""
 
     threads: int
     vec: int
@@ -274,6 +274,13 @@ def stream_launch(machine: Machine, occupancy_fraction: float) -> tuple[int, int
     return ctas_per_sm * machine.num_units, threads
 
 
+STREAM_READ_LOADS_IN_FLIGHT = 4
+"""Loads in flight per thread of the ``read`` stream kernel: Numba's compiler unrolls its grid-stride
+loop four times, and with no store in the loop all four loads issue before the first returns (its
+PTX). The kernels that store (init, scale, triad) keep one iteration's loads in flight: a load
+cannot pass the store before it, which might write the same address."""
+
+
 def plan_for_stream(machine: Machine, variant: str, num_elements: int, occupancy_fraction: float) -> KernelPlan:
     """A stream kernel over FP64 arrays of ``num_elements``, launched by :func:`stream_launch`."""
     if variant not in STREAM_VARIANTS:
@@ -283,4 +290,6 @@ def plan_for_stream(machine: Machine, variant: str, num_elements: int, occupancy
     flop = {"init": 0.0, "read": 0.0, "scale": 1.0, "triad": 2.0}[variant] * num_elements
     return streaming_plan(machine, f"stream_{variant}", "stream", "fp64", bytes_read=reads * num_elements * 8.0,
                           bytes_written=writes * num_elements * 8.0, flop=flop, sfu_ops=0.0, num_ctas=grid,
-                          threads_per_cta=threads, bytes_in_flight_per_thread=8.0 * max(1, reads))
+                          threads_per_cta=threads,
+                          bytes_in_flight_per_thread=8.0 * (STREAM_READ_LOADS_IN_FLIGHT if variant == "read"
+                                                            else max(1, reads)))

@@ -211,10 +211,10 @@ def _chase_case(working_set_bytes: int) -> VerifyCase:
         chain = chase_chain(working_set_bytes, seed=1)
         nodes = num_chase_nodes(chain)
         stride = chain.shape[0] // nodes
-        out = np.zeros(2, np.int64)
+        out = np.zeros(2, np.uint64)
         launch_chase(chain, nodes, out)
         # One full cycle returns to the start having visited every node once.
-        ref = np.array([0, stride * nodes * (nodes - 1) // 2], dtype=np.int64)
+        ref = np.array([0, stride * nodes * (nodes - 1) // 2], dtype=np.uint64)
         return out, ref, None
 
     return VerifyCase("pointer_chase", label, "exact", run)
@@ -286,7 +286,7 @@ def default_cases() -> list[VerifyCase]:
         _stream_case("init", 1000, 2, 64),
         _stream_case("scale", 1000, 2, 64),
         _stream_case("triad", 1000, 2, 64),
-        _l2_case(1000, 3, 2, 64),
+        _l2_case(1000, 7, 2, 64),  # a group of four passes and three single ones
         _fma_case(1, 64, 100),
     ]
 
