@@ -136,8 +136,8 @@ def test_measure_files_with_a_fake_timer(h100, tmp_path):
     written = execute(["micro", "kernels"], h100, "h100_sxm5_80gb", provenance, tmp_path, factory, fake_timer,
                       num_warmups=2, num_repeats=3)
     names = sorted(p.name for p in written)
-    assert names == ["kernels.csv", "kernels_plans.csv", "kernels_timings.csv", "micro.csv", "micro_plans.csv", "micro_timings.csv",
-                     "provenance.json"]
+    assert names == ["kernels.csv", "kernels_plans.csv", "kernels_provenance.json", "kernels_timings.csv",
+                     "micro.csv", "micro_plans.csv", "micro_provenance.json", "micro_timings.csv"]
     # Every case launched warm-ups + repeats times.
     assert set(factory.calls.values()) == {5}
 
@@ -173,7 +173,8 @@ def test_measure_files_with_a_fake_timer(h100, tmp_path):
     assert plan["measured_registers_per_thread"] == "64"
     assert float(plan["simulated_time_s"]) > 0
 
-    info = json.loads((tmp_path / "provenance.json").read_text())
+    info = json.loads((tmp_path / "kernels_provenance.json").read_text())
+    assert info["suites"] == ["kernels"]
     for key in ("gpu_name", "compute_capability", "sm_clock_hz", "driver_version", "numba_version",
                 "numba_cuda_version", "gpusim_version", "date"):
         assert key in info

@@ -3,7 +3,7 @@
 Writes, under ``--out DIR/<gpu stem or name>/``: ``<suite>.csv`` in the published kernels.csv format
 (``gpusim accuracy --measurements`` reads it), ``<suite>_timings.csv`` (every case: median, min, max),
 ``<suite>_plans.csv`` (the exact plan of each own kernel and the engine's time for it) and
-``provenance.json`` (GPU, clocks, driver, versions, date). The ``library`` suite times cuBLAS through
+``<suite>_provenance.json`` (GPU, clocks, driver, versions, date). The ``library`` suite times cuBLAS through
 PyTorch instead of gpusim's own kernels and writes ``library.csv`` (each row naming the kernels the
 library ran and the tile their names state; :mod:`gpusim.cuda_backend.library`) and
 ``library_provenance.json`` (GPU, PyTorch and CUDA versions, date). The ``block`` suite times a
@@ -123,9 +123,11 @@ def execute(suites: list[str], machine, gpu: str, provenance: dict[str, Any], ou
                 # an --op run replaces its own cases' rows and keeps the file's others
                 _write_csv(path, columns, _kept_rows(path, rows) + rows if ops else rows)
                 written.append(path)
-    path = out_dir / "provenance.json"
-    _write_json(path, provenance)
-    written.append(path)
+        # one per suite, as the library and block suites write theirs: suites measured in separate
+        # runs can share a folder
+        path = out_dir / f"{suite}_provenance.json"
+        _write_json(path, {**provenance, "suites": [suite]})
+        written.append(path)
     return written
 
 

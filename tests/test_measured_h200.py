@@ -1,0 +1,59 @@
+"""gpusim against this project's own measurements of an H200 (measurements/h200_sxm_141gb/, README
+there): the figures quoted must not regress. Nothing in the H200 description was fitted to them."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from gpusim.accuracy import load_plan_rows, run_accuracy, summarize
+from gpusim.measurements import load_kernel_cases
+
+FOLDER = Path(__file__).resolve().parent.parent / "measurements" / "h200_sxm_141gb"
+
+
+def _results(name: str, op: str | None = None):
+    cases = [c for c in load_kernel_cases(FOLDER / name) if op is None or c.op == op]
+    # own kernels are simulated with the exact plan they ran (<suite>_plans.csv), as the command does
+    results, skipped = run_accuracy(cases, plan_rows=load_plan_rows(FOLDER / name))
+    assert not skipped and len(results) == len(cases)
+    return results
+
+
+def test_cublas_products_on_the_h200():
+    results = _results("library.csv")
+    (summary,) = summarize(results)
+    assert len(results) == 47
+    assert summary.mape_fraction <= 0.050  # 4.8% when recorded
+    assert sum(abs(r.signed_error_fraction) <= 0.10 for r in results) >= 41  # 42 of 47 when recorded
+    assert all(abs(r.signed_error_fraction) <= 0.30 for r in results)
+    # the simulation beats the roofline on every group it is scored on
+    assert summary.roofline_mape_fraction > 5 * summary.mape_fraction
+
+
+def test_stream_kernels_from_one_eighth_to_full_occupancy_on_the_h200():
+    results = _results("micro.csv", op="stream")
+    (summary,) = summarize(results)
+    assert len(results) == 16
+    assert summary.mape_fraction <= 0.055  # 5.0% when recorded
+    assert all(abs(r.signed_error_fraction) <= 0.25 for r in results)
+
+
+def test_the_block_files_agree_with_each_other():
+    """Each class total in block.csv is the sum of block_kernels.csv's kernels of that class."""
+    with (FOLDER / "block.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    with (FOLDER / "block_kernels.csv").open() as handle:
+        kernels = list(csv.DictReader(handle))
+    checked = 0
+    for row in rows:
+        if row["kernel_class"] not in ("gemm", "attention", "other"):
+            continue
+        mine = [float(k["device_s"]) for k in kernels if (k["case_id"], k["phase"], k["kernel_class"])
+                == (row["case_id"], row["phase"], row["kernel_class"])]
+        assert len(mine) == int(row["num_kernels"])
+        assert sum(mine) == pytest.approx(float(row["measured_s"]), rel=1e-4)
+        checked += 1
+    assert checked == 6 * 2 * 3
