@@ -140,10 +140,13 @@ def _l2_read_kernel():
         # likely), so the SM's own L1 does not serve the re-reads. No modulo in the inner loop.
         p = 0
         while p + 4 <= passes:
+            # the four passes start a quarter of the footprint apart: were they only one CTA's slice
+            # apart, a footprint larger than the L2 would serve three of every four reads from it
+            quarter = n // 4
             o0 = (p * shift) % n
-            o1 = ((p + 1) * shift) % n
-            o2 = ((p + 2) * shift) % n
-            o3 = ((p + 3) * shift) % n
+            o1 = ((p + 1) * shift + quarter) % n
+            o2 = ((p + 2) * shift + 2 * quarter) % n
+            o3 = ((p + 3) * shift + 3 * quarter) % n
             for i in range(start, n, step):
                 j0 = i + o0
                 j1 = i + o1
