@@ -240,6 +240,18 @@ def heldout_files() -> list[tuple[str, Path]]:
     return files
 
 
+OWN_MEASUREMENT_FILES = ("library.csv", "micro.csv", "kernels.csv")
+"""The published-format files ``gpusim measure`` writes into ``measurements/<gpu>/`` (the block suite's
+``block.csv`` carries its own simulated column)."""
+
+
+def own_measurement_files() -> list[Path]:
+    """This project's own measurements: ``measurements/<gpu>/{library,micro,kernels}.csv``, by GPU."""
+    root = builtin_dir("measurements")
+    return [path for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in ("published", "heldout"))
+            for path in (folder / name for name in OWN_MEASUREMENT_FILES) if path.is_file()]
+
+
 def _display(path: Path) -> str:
     try:
         root = published_dir().resolve()

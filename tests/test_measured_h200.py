@@ -69,3 +69,20 @@ def test_the_block_files_agree_with_each_other():
         assert sum(mine) == pytest.approx(float(row["measured_s"]), rel=1e-4)
         checked += 1
     assert checked == 6 * 2 * 3
+
+
+def test_the_measured_suite_scores_every_own_file_per_op(tmp_path, capsys):
+    import json
+
+    from gpusim.cli import main
+
+    out = tmp_path / "measured.json"
+    assert main(["accuracy", "--suite", "measured", "--json", str(out)]) == 0
+    rows = {(r["file"], r["op"]): r for r in json.loads(out.read_text())}
+    library = rows[("h200_sxm_141gb/library.csv", "matmul")]["summary"]
+    assert library["num_cases"] == 47 and library["mape_fraction"] <= 0.050
+    assert {op for f, op in rows if f == "h200_sxm_141gb/micro.csv"} == {
+        "pointer_chase", "stream", "l2_bandwidth", "memcpy_h2d", "memcpy_d2h"}
+    assert main(["accuracy", "--suite", "measured", "--op", "stream"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 2 and printed[1].split()[:3] == ["h200_sxm_141gb/micro.csv", "stream", "16"]

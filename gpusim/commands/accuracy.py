@@ -36,11 +36,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worst", type=non_negative_int, default=10, metavar="N", help="how many worst cases to print (default 10)")
     p.add_argument("--json", metavar="PATH", help="write per-case results and summaries as JSON (- for stdout)")
     p.add_argument("--plot", metavar="PATH", help="save a measured-vs-simulated scatter (.png or .svg)")
-    p.add_argument("--suite", choices=("kernels", "communication", "training", "all", "heldout"), default="all",
+    p.add_argument("--suite", choices=("kernels", "communication", "training", "all", "heldout", "measured"),
+                   default="all",
                    help="which measurements: single-GPU kernels, collectives (communication.csv), multi-GPU "
                         "training/inference (training.csv), or all (default; training takes about a minute); "
                         "heldout scores every file of measurements/heldout, none of which the model was fitted "
-                        "to, one summary line each (about two minutes)")
+                        "to, one summary line each (about two minutes); measured scores this project's own "
+                        "measurements (measurements/<gpu>/ from gpusim measure), one line per file and op")
     p.set_defaults(func=cmd_accuracy)
 
 
@@ -116,6 +118,8 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     suite = "kernels" if args.measurements else asked
     if suite == "heldout":
         return _heldout_suite(args)
+    if suite == "measured":
+        return _measured_suite(args)
     if suite in ("communication", "training"):
         if args.cross_validate:
             raise GpusimError(f"accuracy: --cross-validate refits the kernel calibration; --suite {suite} has none")
@@ -161,6 +165,37 @@ def _heldout_suite(args: argparse.Namespace) -> int:
             continue
         roof = "-" if s.roofline_mape_fraction is None else f"{s.roofline_mape_fraction:.1%}"
         print(f"{name[:40]:<40} {s.num_cases:5d} {s.mape_fraction:7.1%} {s.within_10_fraction:6.0%} "
+              f"{s.within_25_fraction:6.0%} {_pct(s.worst_error_fraction):>8}  {roof:>13}")
+    return 0
+
+
+def _measured_suite(args: argparse.Namespace) -> int:
+    """Every file ``gpusim measure`` wrote into measurements/<gpu>/, one summary line per file and op:
+    the error on real runs of the cuBLAS products, microbenchmarks and gpusim's own kernels."""
+    from gpusim.measurements import own_measurement_files
+
+    if args.cross_validate:
+        raise GpusimError("accuracy: --cross-validate refits the calibration on the published set; --suite measured "
+                          "scores files that are not in it")
+    rows = []
+    for path in own_measurement_files():
+        cases, plans = _load_cases([str(path)], getattr(args, "ignore_kernel_tile", False))
+        cases = [c for c in cases if (not args.gpu or c.gpu in args.gpu) and (not args.op or c.op in args.op)]
+        results, skipped = run_accuracy(cases, calibrated=not args.uncalibrated,
+                                        include_excluded=args.include_excluded, plan_rows=plans)
+        for summary in summarize(results, key=lambda r: r.op):
+            rows.append((f"{path.parent.name}/{path.name}", summary, len(skipped)))
+    if args.json:
+        write_json([{"file": name, "op": s.group, "num_skipped": n, "summary": s.__dict__} for name, s, n in rows],
+                   args.json)
+        return 0
+    if not rows:
+        print("no own measurements found (gpusim measure writes them to measurements/<gpu>/)")
+        return 0
+    print(f"{'file':<34} {'op':<14} {'cases':>5} {'MAPE':>7} {'<=10%':>6} {'<=25%':>6} {'worst':>8}  {'roofline MAPE':>13}")
+    for name, s, _ in rows:
+        roof = "-" if s.roofline_mape_fraction is None else f"{s.roofline_mape_fraction:.1%}"
+        print(f"{name[:34]:<34} {s.group[:14]:<14} {s.num_cases:5d} {s.mape_fraction:7.1%} {s.within_10_fraction:6.0%} "
               f"{s.within_25_fraction:6.0%} {_pct(s.worst_error_fraction):>8}  {roof:>13}")
     return 0
 
