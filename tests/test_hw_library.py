@@ -347,15 +347,19 @@ def test_h100_2x_l2_changes_only_the_l2_capacity():
 
 
 def test_h200_is_h100_with_different_memory():
-    """The real H200 differs from the H100 SXM5 only in its memory (and HBM3e energy per byte); its
-    calibration takes the H100's fitted compute factors and adds its own host-link and memory fits
-    (from gpu-benches' H200 STREAM and L2 results)."""
+    """The real H200 differs from the H100 SXM5 only in its memory system: HBM3e (and its energy per
+    byte), and the L2 size and the L2 and DRAM latencies measured on an H200
+    (measurements/h200_sxm_141gb); its calibration takes the H100's fitted compute factors and adds
+    its own host-link and memory fits (from gpu-benches' H200 STREAM and L2 results)."""
     h100, h200 = _gpu_dump("h100_sxm5_80gb"), _gpu_dump("h200_sxm_141gb")
     cal100, cal200 = h100.pop("calibration"), h200.pop("calibration")
     h100.pop("price_usd_per_s"), h200.pop("price_usd_per_s")  # a rental price, not hardware
     assert leaf_diff(h100, h200) == {
         "dram.type", "dram.capacity_bytes", "dram.bandwidth_bytes_per_s", "dram.bus_width_bits",
+        "dram.latency_s", "l2.capacity_bytes", "l2.near_latency_s", "l2.far_latency_s",
         "power.energy.dram_j_per_byte"}
+    assert h200["l2"]["capacity_bytes"] == 60 * MiB and h100["l2"]["capacity_bytes"] == 50 * MiB
+    assert h200["dram"]["latency_s"] > h100["dram"]["latency_s"]
     for factor in ("tensor_efficiency_fraction", "vector_efficiency_fraction"):
         assert cal200[factor] == cal100[factor]
     assert cal200["cta_turnaround_cycles"] > 0 and cal200["dram_mixed_traffic_loss_fraction"] > 0
