@@ -275,15 +275,6 @@ def _memory_plan(case, machine: Machine):
                           bytes_in_flight_per_thread=in_flight, l2_reread_fraction=reread)
 
 
-UNFUSED_RMSNORM_BYTES_PER_ELEMENT = (  # (read, written) per element of each eager kernel, as in
-    # Hugging Face's LlamaRMSNorm: x.float(); x.pow(2); .mean(-1); x * rsqrt(var + eps); .to(dtype); w * x.
-    # The benchmark builds the module without a dtype (Liger-Kernel benchmark_rms_norm.py: the weight is
-    # nn.Parameter(torch.ones(hidden)), FP32), so w * x promotes to FP32 and writes 4 bytes per element.
-    ("to_fp32", None, 4.0), ("pow", 4.0, 4.0), ("mean", 4.0, 0.0), ("mul_rsqrt", 4.0, 4.0),
-    ("to_dtype", 4.0, None), ("mul_weight", None, 4.0),
-)
-
-
 SCALAR_ROWWISE_VARIANTS = ("scalar_rowwise", "silu_mul_scalar_rowwise")
 """Variants run by one-CTA-per-row kernels with scalar loads (:func:`scalar_row_launch`): a norm
 (rmsnorm, layernorm) or the fused SwiGLU activation ``silu(x[:, :d]) * x[:, d:]``."""
@@ -318,28 +309,21 @@ def _scalar_rowwise_plan(case, machine: Machine):
 
 
 def unfused_rmsnorm_plans(case, machine: Machine) -> list:
-    """The plans of an RMSNorm written as separate eager PyTorch kernels, one pass over the tensor each
-    (:data:`UNFUSED_RMSNORM_BYTES_PER_ELEMENT`; ``None`` stands for the input dtype's element size).
-    The per-row ``var + eps`` and ``rsqrt`` kernels are tiny and left out."""
-    eb = DTYPE_BYTES[case.dtype]
-    n = case.rows * case.cols
-    ctas, threads, in_flight = elementwise_launch(machine, n, "fp32", 1)
-    plans = []
-    for name, read, written in UNFUSED_RMSNORM_BYTES_PER_ELEMENT:
-        r = (eb if read is None else read) * n
-        w = (eb if written is None else written) * n if name != "mean" else case.rows * 4.0
-        plans.append(streaming_plan(machine, name, "elementwise", "fp32", bytes_read=r, bytes_written=w,
-                                    flop=float(n), sfu_ops=0.0, num_ctas=ctas, threads_per_cta=threads,
-                                    bytes_in_flight_per_thread=in_flight))
-    return plans
+    """The plans of an RMSNorm written as separate eager PyTorch kernels, as the workloads' eager
+    lowering runs it (:func:`gpusim.workload.expand.eager_rmsnorm_ops`). The benchmark builds the module
+    without a dtype (Liger-Kernel benchmark_rms_norm.py: the weight is nn.Parameter(torch.ones(hidden)),
+    FP32), so the weight product promotes to FP32 and writes 4 bytes per element."""
+    from gpusim.workload.expand import eager_rmsnorm_ops
+
+    ops = eager_rmsnorm_ops(case.rows, case.cols, gpusim_dtype(case.dtype), weight_dtype="fp32")
+    return [plan for _, op, _ in ops for plan in map_op(op, machine)]
 
 
 def _unfused_rmsnorm_s(case, machine: Machine) -> float:
     """The eager RMSNorm's kernels (:func:`unfused_rmsnorm_plans`) timed back to back: each kernel plus
-    the device gap between launches, and a gap each for the two tiny per-row kernels."""
+    the device gap between launches."""
     plans = unfused_rmsnorm_plans(case, machine)
-    total = (len(plans) + 2) * machine.graph_kernel_launch_s
-    return total + sum(simulate_kernel(plan, machine).time_s for plan in plans)
+    return len(plans) * machine.graph_kernel_launch_s + sum(simulate_kernel(plan, machine).time_s for plan in plans)
 
 
 L2_BENCHMARK_THREADS_PER_BLOCK = 1024

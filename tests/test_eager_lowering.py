@@ -197,3 +197,77 @@ def test_megatron_fusion_launches_megatron_lms_kernels():
         return sum(n.bytes_read() + n.bytes_written() for n in _nodes("gpt2_large_train", items + [f"fusion={fusion}"]))
 
     assert moved("default") < moved("megatron") < moved("none")
+
+
+LLAMA_EAGER = ["fusion=attention_only", "config.num_layers=1", "config.hidden_size=256", "config.num_heads=4",
+               "config.num_kv_heads=2", "config.ffn_hidden_size=512", "config.seq_len=128", "batch_size=2",
+               "precision=bf16", "activation_checkpointing=none"]
+T, D = 2 * 128, 256
+
+
+def _by_name(nodes, phase: str, prefix: str):
+    return [x for x in nodes if x.phase == phase and x.name.startswith(prefix)]
+
+
+def test_eager_rmsnorm_is_the_eight_tensor_ops_of_the_reference_code():
+    """(x.float() * rsqrt(x.float().pow(2).mean(-1) + eps)).type_as(x) * weight, one kernel per op; the
+    bytes of each follow from its dtypes (n = T x D elements, T rows)."""
+    from gpusim.workload.layers import saved_bytes
+
+    nodes = _nodes("llama2_7b_train", LLAMA_EAGER)
+    norm = _by_name(nodes, "forward", "layer0.norm1_")
+    assert [x.name.split("_", 2)[2] for x in norm] == ["cast", "square", "mean", "eps", "rsqrt", "normalize",
+                                                       "cast_back", "weight"]
+    n = T * D
+    reads = [x.op.bytes_read() for x in norm]
+    writes = [x.op.bytes_written() for x in norm]
+    assert reads == [2 * n, 4 * n, 4 * n, 4 * T, 4 * T, 4 * n + 4 * T, 4 * n, 2 * n + 2 * D]
+    assert writes == [4 * n, 4 * n, 4 * T, 4 * T, 4 * T, 4 * n, 2 * n, 2 * n]
+    # autograd keeps the FP32 input once, the reciprocal root and the normalized rows: 6n + 4T bytes
+    from gpusim.workload.expand import lower_layer
+    from gpusim.workload.models import transformer as TR
+    from gpusim.workload.precision import policy
+
+    r = TR.resolve("llama", load_workload("llama2_7b_train", LLAMA_EAGER).spec.config)
+    (layer,) = [x for x in TR.build_layers(r, policy("bf16"), batch=2, seq_q=128, seq_kv=128, training=True)
+                if x.name == "layer0"]
+
+    lowered = [f for f in lower_layer(layer.ops, "attention_only", True) if f.name.startswith("norm1_")]
+    assert sum(saved_bytes(f) for f in lowered) == 6 * n + 4 * T
+    # the weight's D parameters sit on the weight product, whose gradient is a product and a row sum
+    assert [f.num_parameters for f in lowered] == [0] * 7 + [D]
+    grads = _by_name(nodes, "backward", "layer0.norm1_7_weight.")
+    assert [x.name.rsplit(".", 1)[1] for x in grads] == ["grad", "operand_mul", "operand_grad"]
+    assert grads[2].op.num_outputs == D and grads[2].op.bytes_read() == 2 * n
+
+
+def test_eager_casts_and_means_have_the_gradients_autograd_runs():
+    nodes = _nodes("llama2_7b_train", LLAMA_EAGER)
+    n = T * D
+    (cast_grad,) = _by_name(nodes, "backward", "layer0.norm1_0_cast.grad")
+    # the gradient of a BF16 -> FP32 cast is an FP32 -> BF16 cast
+    assert (cast_grad.op.dtype, cast_grad.op.input_dtype) == ("bf16", "fp32")
+    assert (cast_grad.op.bytes_read(), cast_grad.op.bytes_written()) == (4 * n, 2 * n)
+    (mean_grad,) = _by_name(nodes, "backward", "layer0.norm1_2_mean.grad")
+    assert mean_grad.op.function == "expand"
+    assert (mean_grad.op.bytes_read(), mean_grad.op.bytes_written()) == (4 * T, 4 * n)
+    assert not _by_name(nodes, "backward", "layer0.norm1_3_eps.")  # x + eps passes its gradient through
+
+
+def test_eager_gated_mlp_and_rotary_run_their_tensor_ops_and_fused_modes_one_kernel():
+    eager = _nodes("llama2_7b_train", LLAMA_EAGER)
+    assert [x.op.function for x in _by_name(eager, "forward", "layer0.act_")] == ["silu", "mul"]
+    assert [x.op.function for x in _by_name(eager, "forward", "layer0.rotary_")] == [
+        "mul_table", "rotate_half", "mul_table", "add"]
+    fused = _nodes("llama2_7b_train", [i for i in LLAMA_EAGER if not i.startswith("fusion=")])
+    forward = {x.name for x in fused if x.phase == "forward"}
+    assert {"layer0.norm1", "layer0.rotary", "layer0.act"} <= forward
+    assert not any("_cast" in name or "_silu" in name for name in forward)
+
+
+def test_eager_llama_block_is_slower_than_with_one_kernel_per_op():
+    hw = load_hardware("h100_sxm5_80gb")
+    base = [i for i in LLAMA_EAGER if not i.startswith("fusion=")]
+    eager = simulate(hw, load_workload("llama2_7b_train", base + ["fusion=attention_only"])).total_time_s
+    fused = simulate(hw, load_workload("llama2_7b_train", base)).total_time_s
+    assert eager > fused

@@ -146,14 +146,15 @@ def test_h200_stream_read_is_latency_limited_at_full_occupancy(cases):
 
 def test_eager_rmsnorm_moves_every_pass_through_dram(cases):
     # The benchmark's unfused RMSNorm on BF16 input with an FP32 weight: to_fp32 (2 read + 4 written),
-    # pow (4 + 4), mean (4, and 4 per row), x * rsqrt (4 + 4), to_bf16 (4 + 2) and the FP32 weight times
-    # the BF16 x, promoted to FP32 (2 + 4): 38 bytes per element, none of it faster than DRAM allows.
+    # pow (4 + 4), mean (4, and 4 per row), + eps and rsqrt (4 + 4 per row each), x * rsqrt (4 + 4, and
+    # 4 per row), to_bf16 (4 + 2) and the FP32 weight (4 per column) times the BF16 x, promoted to FP32
+    # (2 + 4): 38 bytes per element, none of it faster than DRAM allows.
     from gpusim.accuracy import _unfused_rmsnorm_s, unfused_rmsnorm_plans
     desc = load_hardware("a100_pcie_80gb")
     machine = machine_of(desc)
     case = cases["a100_pcie_80gb_liger_rmsnorm_hf_eager_2048x32768_bf16"]
     n = case.rows * case.cols
     plans = unfused_rmsnorm_plans(case, machine)
-    assert len(plans) == 6
-    assert sum(p.dram_bytes for p in plans) == 38 * n + 4 * case.rows
+    assert len(plans) == 8
+    assert sum(p.dram_bytes for p in plans) == 38 * n + 24 * case.rows + 4 * case.cols
     assert _unfused_rmsnorm_s(case, machine) >= 38 * n / machine.dram_achievable_bytes_per_s

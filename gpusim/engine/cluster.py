@@ -1101,9 +1101,10 @@ class _BlockTimeline:
 
     def ready(self, name: str) -> float | None:
         """Where the gradient of op ``name``'s weights is finished in the backward: after its
-        weight-gradient kernel, its bias-gradient reduction (a bias added on its own), or its one
-        backward kernel (a norm's, an embedding's); None if it has none."""
-        for part in ("wgrad", "bias_grad", "grad"):
+        weight-gradient kernel, its bias-gradient reduction (a bias added on its own), the reduction
+        of an eager norm's weight product, or its one backward kernel (a norm's, an embedding's);
+        None if it has none."""
+        for part in ("wgrad", "bias_grad", "operand_grad", "grad"):
             if any(ph == "backward" and op == name and pt == part for ph, op, pt, _ in self.passes["backward"]):
                 return self._edge("backward", name, True, part)
         return None

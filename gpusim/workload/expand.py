@@ -9,7 +9,9 @@ Fusion ``default``:
 * attention stays one fused (FlashAttention-style) kernel.
 Fusion ``none`` (eager PyTorch): every op is its own kernel; attention is lowered to QK^T, scale,
 mask (causal or padding), softmax, (dropout), AV, and functions that models write as several tensor ops
-(:data:`~gpusim.workload.ops.EAGER_COMPOSITIONS`) run as one kernel per op.
+run as one kernel per tensor op: GPT-2's GELU, gated MLPs and rotary embeddings
+(:data:`~gpusim.workload.ops.EAGER_COMPOSITIONS`) and RMSNorm (:func:`_eager_rmsnorm`), as Llama's
+reference code, Hugging Face's and torchtitan's write them.
 Fusion ``attention_only`` (eager PyTorch whose model code calls a FlashAttention kernel, as
 llm-foundry's MPT does): as ``none``, but attention stays its fused kernel.
 Fusion ``megatron`` (Megatron-LM's hand-fused kernels around plain cuBLAS GEMMs, as GPT training ran
@@ -141,6 +143,41 @@ def _fused_attention(f: FwdOp) -> bool:
     return isinstance(f.op, Attention) and f.op.kernel != "unfused" and f.op.variant == "forward"
 
 
+def eager_rmsnorm_ops(rows: int, cols: int, dtype: str, weight_dtype: str | None = None
+                      ) -> list[tuple[str, Op, float]]:
+    """RMSNorm as Llama's reference code, Hugging Face and torchtitan write it in PyTorch, one kernel per
+    tensor op: ``(x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * weight``,
+    as (step, op, bytes autograd keeps). The kernels a profile of it shows
+    (measurements/h200_sxm_141gb/block_kernels.csv): the cast up, the square, the row mean, the
+    epsilon, the reciprocal root, the normalizing product, the cast back, the weight product (no casts
+    for FP32 input). Autograd keeps the FP32 input (once), the row statistic and the normalized rows
+    for the weight's gradient. A ``weight_dtype`` wider than ``dtype`` (an FP32 weight, as
+    Liger-Kernel's benchmark builds it) promotes the last product to it."""
+    n = rows * cols
+    out_dtype = weight_dtype or dtype
+    steps: list[tuple[str, Op, float]] = [
+        ("cast", Elementwise(num_elements=n, function="cast", dtype="fp32", input_dtype=dtype), 0.0),
+        ("square", Elementwise(num_elements=n, function="square", dtype="fp32"), 4.0 * n),
+        ("mean", Reduction(num_elements=n, num_outputs=rows, function="mean", dtype="fp32"), 0.0),
+        ("eps", Elementwise(num_elements=rows, function="shift", dtype="fp32"), 0.0),
+        ("rsqrt", Elementwise(num_elements=rows, function="rsqrt", dtype="fp32"), 4.0 * rows),
+        ("normalize", Elementwise(num_elements=n, function="mul_bcast", dtype="fp32", broadcast_elements=rows), 0.0),
+        ("cast_back", Elementwise(num_elements=n, function="cast", dtype=dtype, input_dtype="fp32"), 0.0),
+        ("weight", Elementwise(num_elements=n, function="mul_bcast", dtype=out_dtype,
+                               input_dtype=None if out_dtype == dtype else dtype, broadcast_elements=cols),
+         n * dtype_bytes(dtype)),
+    ]
+    return [s for s in steps if dtype != "fp32" or s[0] not in ("cast", "cast_back")]
+
+
+def _eager_rmsnorm(f: FwdOp) -> list[FwdOp]:
+    """An RMSNorm forward op as its eager kernels (:func:`eager_rmsnorm_ops`); the weight product
+    carries the parameters."""
+    return [replace(f, name=f"{f.name}_{i}_{name}", op=step, saved_bytes=saved,
+                    num_parameters=f.num_parameters if name == "weight" else 0)
+            for i, (name, step, saved) in enumerate(eager_rmsnorm_ops(f.op.rows, f.op.cols, f.op.dtype))]
+
+
 def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...]:
     if fusion == "megatron":
         ops = tuple(x for f in ops
@@ -154,6 +191,8 @@ def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...
                 out.extend(replace(f, name=f"{f.name}_{i}_{step}", op=replace(f.op, function=step), saved_bytes=None,
                                    num_parameters=f.num_parameters if i == 0 else 0)
                            for i, step in enumerate(EAGER_COMPOSITIONS[f.op.function]))
+            elif isinstance(f.op, RMSNorm) and f.op.variant == "forward":
+                out.extend(_eager_rmsnorm(f))
             else:
                 out.append(f)
         return tuple(out)
@@ -288,11 +327,27 @@ def backward_ops(f: FwdOp, grad_accumulation: bool, fusion: str) -> list[tuple[s
         functions = [ELEMENTWISE_FUNCTIONS[fn].backward for fn in reversed(op.functions)]
         functions = [fn for fn in functions if fn is not None]
         if functions and f.input_grad:
+            # a cast's gradient is cast back: the dtypes swap
+            dtype, input_dtype = ((op.input_dtype, op.dtype) if op.input_dtype not in (None, op.dtype)
+                                  else (op.dtype, None))
+            broadcast = op.broadcast_elements if "mul_bcast" in op.functions else 0
             out.append(("grad", Elementwise(num_elements=op.num_elements, function="+".join(functions),
-                                            dtype=op.dtype)))
+                                            dtype=dtype, input_dtype=input_dtype, broadcast_elements=broadcast)))
         if "bias_add" in op.functions and op.broadcast_elements:
             out.append(("bias_grad", Reduction(num_elements=op.num_elements, num_outputs=op.broadcast_elements,
                                                dtype=op.dtype)))
+        if op.functions == ("mul_bcast",) and op.broadcast_elements:
+            # the broadcast operand's gradient (a weight vector's, a row statistic's): the product of
+            # the output gradient and the saved input, then its sum over the broadcast dimension
+            out.append(("operand_mul", Elementwise(num_elements=op.num_elements, function="mul", dtype=op.dtype)))
+            out.append(("operand_grad", Reduction(num_elements=op.num_elements, num_outputs=op.broadcast_elements,
+                                                  dtype=op.dtype)))
+        return out
+    if isinstance(op, Reduction):
+        # the gradient of a sum or a mean is the output gradient broadcast back to the input's size
+        if f.input_grad and op.function in ("sum", "mean"):
+            out.append(("grad", Elementwise(num_elements=op.num_elements, function="expand", dtype=op.dtype,
+                                            broadcast_elements=op.num_outputs)))
         return out
     if isinstance(op, Embedding):
         return [("grad", replace(op, variant="backward"))]

@@ -95,6 +95,14 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
        epilogue=True),
     _f("rotary", 1, 1, 3, backward="rotary_backward"),
     _f("cast", 1, 1, 0, backward="cast"),
+    # the steps of functions that eager model code writes as tensor ops (EAGER_COMPOSITIONS, _eager_rmsnorm)
+    _f("square", 1, 1, 1, backward="square_backward", saves="input"),
+    _f("rsqrt", 1, 1, 2, backward="rsqrt_backward", saves="input"),
+    _f("mul_bcast", 1, 1, 1, backward="mul_bcast", saves="input"),  # x times a broadcast operand (a row
+    # statistic, a weight vector) read once: ``broadcast_elements``
+    _f("mul_table", 1, 1, 1, backward="mul_table"),  # x times a constant table (rotary cos / sin): saves nothing
+    _f("rotate_half", 1, 1, 0, backward="rotate_half"),  # cat(-x2, x1): the negation and the concatenation
+    _f("expand", 0, 1, 0),  # a broadcast operand written out at full size (a mean's gradient)
     _f("shift", 1, 1, 1),  # x + constant: its gradient passes through unchanged
     _f("cube", 1, 1, 2, backward="cube_backward", saves="input"),
     _f("mask_fill", 1, 1, 0, backward="mask_fill"),  # torch.where(mask, x, c): the mask is a broadcast buffer
@@ -111,6 +119,8 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
     _f("sigmoid_backward", 2, 1, 3),
     _f("tanh_backward", 2, 1, 3),
     _f("cube_backward", 2, 1, 3),
+    _f("square_backward", 2, 1, 2),
+    _f("rsqrt_backward", 2, 1, 3),
     _f("mul_backward", 3, 2, 2),
     _f("swiglu_backward", 3, 2, 10),
     _f("geglu_backward", 3, 2, 18),
@@ -124,9 +134,16 @@ EAGER_COMPOSITIONS: dict[str, tuple[str, ...]] = {
     # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), one tensor op per step: x^3, scale, add x,
     # scale, tanh, add 1, 0.5 x, multiply
     "gelu_new": ("cube", "scale", "add", "scale", "tanh", "shift", "scale", "mul"),
+    # gated MLPs as Llama's reference code, Hugging Face and torchtitan write them: act(gate) * up
+    "swiglu": ("silu", "mul"),
+    "geglu": ("gelu", "mul"),
+    # rotary embedding as Hugging Face's apply_rotary_pos_emb writes it: x * cos + rotate_half(x) * sin,
+    # rotate_half(x) = cat(-x2, x1) (two kernels in PyTorch, one step here)
+    "rotary": ("mul_table", "rotate_half", "mul_table", "add"),
 }
-"""Element-wise functions that eager frameworks run as several kernels, one per tensor op (fusion
-``none``); fusion ``default`` runs them as one kernel."""
+"""Element-wise functions that eager frameworks run as several kernels, one per tensor op (fusions
+``none`` and ``attention_only``); the other fusions run them as one kernel. RMSNorm's eager form is
+:func:`gpusim.workload.expand` 's ``_eager_rmsnorm`` (it has a reduction in it)."""
 
 
 def chain_cost(functions: tuple[str, ...]) -> ElementwiseFunction:
@@ -697,10 +714,15 @@ class Elementwise(Op):
     function: str
     dtype: str = "bf16"
     broadcast_elements: int = 0
+    input_dtype: str | None = None
+    """The inputs' dtype where it differs from the output's (a cast); None: ``dtype``."""
 
     def __post_init__(self) -> None:
         _positive(self, "num_elements")
         _check_dtype(self, VECTOR_DTYPES)
+        if self.input_dtype is not None and self.input_dtype not in VECTOR_DTYPES:
+            raise ValueError(f"elementwise: input_dtype must be one of {', '.join(sorted(VECTOR_DTYPES))}, "
+                             f"not {self.input_dtype!r}")
         for f in self.functions:
             if f not in ELEMENTWISE_FUNCTIONS:
                 raise ValueError(f"elementwise: unknown function {f!r}")
@@ -731,7 +753,8 @@ class Elementwise(Op):
 
     def bytes_read(self) -> float:
         c = self.cost
-        return self.num_elements * (c.num_inputs * dtype_bytes(self.dtype) + c.extra_read_bytes_per_element) \
+        inputs = dtype_bytes(self.input_dtype or self.dtype)
+        return self.num_elements * (c.num_inputs * inputs + c.extra_read_bytes_per_element) \
             + self.broadcast_elements * dtype_bytes(self.dtype)
 
     def bytes_written(self) -> float:
