@@ -271,3 +271,19 @@ def test_eager_llama_block_is_slower_than_with_one_kernel_per_op():
     eager = simulate(hw, load_workload("llama2_7b_train", base + ["fusion=attention_only"])).total_time_s
     fused = simulate(hw, load_workload("llama2_7b_train", base)).total_time_s
     assert eager > fused
+
+
+def test_an_eager_norm_keeps_its_tensors_whole_on_every_rank_without_sequence_parallelism():
+    """Without sequence parallelism a norm's saved tensors are the whole hidden state on every tensor
+    rank, its eager steps' too: the eager norms' extra 4n bytes each (the FP32 input besides the
+    16-bit rows) stay whole, so dropping sequence parallelism at TP 2 costs 3 x 4n / 2 more than with
+    one-kernel norms (two norms per block and the final one)."""
+    base = [i for i in LLAMA_EAGER if not i.startswith("fusion=")] + ["parallelism.tensor=2"]
+
+    def activations(fusion: str, sp: bool) -> float:
+        items = base + [f"fusion={fusion}", f"parallelism.sequence_parallel={str(sp).lower()}"]
+        return load_workload("llama2_7b_train", items).memory.activations_bytes
+
+    n = T * D
+    cost = {f: activations(f, False) - activations(f, True) for f in ("default", "attention_only")}
+    assert cost["attention_only"] - cost["default"] == pytest.approx(3 * 4 * n / 2)

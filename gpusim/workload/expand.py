@@ -173,7 +173,7 @@ def eager_rmsnorm_ops(rows: int, cols: int, dtype: str, weight_dtype: str | None
 def _eager_rmsnorm(f: FwdOp) -> list[FwdOp]:
     """An RMSNorm forward op as its eager kernels (:func:`eager_rmsnorm_ops`); the weight product
     carries the parameters."""
-    return [replace(f, name=f"{f.name}_{i}_{name}", op=step, saved_bytes=saved,
+    return [replace(f, name=f"{f.name}_{i}_{name}", op=step, saved_bytes=saved, norm_step=True,
                     num_parameters=f.num_parameters if name == "weight" else 0)
             for i, (name, step, saved) in enumerate(eager_rmsnorm_ops(f.op.rows, f.op.cols, f.op.dtype))]
 

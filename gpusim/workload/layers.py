@@ -59,6 +59,8 @@ class FwdOp:
     loss: bool = False
     expert: bool = False
     """The op's weights are a mixture-of-experts layer's experts, which expert parallelism splits."""
+    norm_step: bool = False
+    """One of the tensor ops of a norm run op by op (eager lowering): what it keeps is the norm's."""
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,7 @@ def replicated_without_sequence_parallel(f: FwdOp) -> float:
     the 34 s b h bytes of a GPT block). Ops are matched by the block's op names (a fused kernel keeps
     the name of the GEMM or elementwise op it starts with)."""
     op = f.op
-    if isinstance(op, (LayerNorm, RMSNorm)):
+    if isinstance(op, (LayerNorm, RMSNorm)) or f.norm_step:
         return saved_bytes(f)
     base = f.name.split("_")[0]
     if isinstance(op, Matmul) and f.name in COLUMN_PARALLEL_GEMMS:
