@@ -176,7 +176,7 @@ def test_measure_files_with_a_fake_timer(h100, tmp_path):
     info = json.loads((tmp_path / "kernels_provenance.json").read_text())
     assert info["suites"] == ["kernels"]
     for key in ("gpu_name", "compute_capability", "sm_clock_hz", "driver_version", "numba_version",
-                "numba_cuda_version", "gpusim_version", "date"):
+                "numba_cuda_version", "gpusim_version", "gpusim_commit", "date"):
         assert key in info
 
 
@@ -309,9 +309,11 @@ def test_the_event_timer_queues_a_spin_ahead_of_each_timed_launch(monkeypatch):
     assert times == [0.25e-3] * 3
     timed = [x for x in log if x[0] in ("spin", "launch", "record")]
     assert timed[:2] == [("launch", 0), ("launch", 1)]  # warm-ups, not timed
+    probes = M.ENQUEUE_PROBES
+    assert [x[0] for x in timed[2:2 + probes]] == ["launch"] * probes  # enqueue probes, not timed
     # 4 x 1 ms of enqueue over 1 us per spin iteration; then start, launch, end, for each repeat
     for r in range(3):
-        spin, start, run, end = timed[2 + 4 * r: 6 + 4 * r]
+        spin, start, run, end = timed[2 + probes + 4 * r: 6 + probes + 4 * r]
         assert spin[0] == "spin" and spin[1] == pytest.approx(4000, abs=1) and run == ("launch", 2 + r)
         assert start[0] == end[0] == "record" and start[1] != end[1]
     # a fast enqueue still gets the floor
@@ -319,3 +321,9 @@ def test_the_event_timer_queues_a_spin_ahead_of_each_timed_launch(monkeypatch):
     monkeypatch.setattr("time.perf_counter", lambda: 0.0)
     M.cuda_event_timer(launch, 1, 1)
     assert [x[1] for x in log if x[0] == "spin"] == [pytest.approx(1000, abs=1)]
+    # a first launch that compiles (seconds to enqueue) does not set the spin: the least probe does
+    log.clear()
+    ticks = iter([0.0, 5.0, 5.0, 5.001])  # probe 1 enqueues in 5 s, probe 2 in 1 ms
+    monkeypatch.setattr("time.perf_counter", lambda: next(ticks))
+    M.cuda_event_timer(launch, 0, 1)
+    assert [x[1] for x in log if x[0] == "spin"] == [pytest.approx(4000, abs=1)]

@@ -244,7 +244,10 @@ def test_eager_rmsnorm_is_the_eight_tensor_ops_of_the_reference_code():
 def test_eager_casts_and_means_have_the_gradients_autograd_runs():
     nodes = _nodes("llama2_7b_train", LLAMA_EAGER)
     n = T * D
-    (cast_grad,) = _by_name(nodes, "backward", "layer0.norm1_0_cast.grad")
+    accumulate, cast_grad = _by_name(nodes, "backward", "layer0.norm1_0_cast.grad")
+    # the FP32 input's two gradients (from the square and the normalizing product) are added first
+    assert accumulate.name.endswith(".grad_accumulate") and accumulate.op.function == "add"
+    assert accumulate.op.bytes_read() + accumulate.op.bytes_written() == 12 * n
     # the gradient of a BF16 -> FP32 cast is an FP32 -> BF16 cast
     assert (cast_grad.op.dtype, cast_grad.op.input_dtype) == ("bf16", "fp32")
     assert (cast_grad.op.bytes_read(), cast_grad.op.bytes_written()) == (4 * n, 2 * n)
@@ -252,6 +255,13 @@ def test_eager_casts_and_means_have_the_gradients_autograd_runs():
     assert mean_grad.op.function == "expand"
     assert (mean_grad.op.bytes_read(), mean_grad.op.bytes_written()) == (4 * T, 4 * n)
     assert not _by_name(nodes, "backward", "layer0.norm1_3_eps.")  # x + eps passes its gradient through
+    # PowBackward of x.pow(2): grad * (2 * x.pow(1)), three kernels (the profile's copy, scale, product)
+    square = _by_name(nodes, "backward", "layer0.norm1_1_square.")
+    assert [x.op.function for x in square] == ["copy", "scale", "mul"]
+    assert all(x.op.dtype == "fp32" for x in square)
+    # one fused kernel when not eager
+    fused = _nodes("llama2_7b_train", [i for i in LLAMA_EAGER if not i.startswith("fusion=")])
+    assert not any("square" in x.name or "grad_accumulate" in x.name for x in fused)
 
 
 def test_eager_gated_mlp_and_rotary_run_their_tensor_ops_and_fused_modes_one_kernel():

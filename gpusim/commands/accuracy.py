@@ -186,8 +186,8 @@ def _measured_suite(args: argparse.Namespace) -> int:
         for summary in summarize(results, key=lambda r: r.op):
             rows.append((f"{path.parent.name}/{path.name}", summary, len(skipped)))
     if args.json:
-        write_json([{"file": name, "op": s.group, "num_skipped": n, "summary": s.__dict__} for name, s, n in rows],
-                   args.json)
+        write_json([{"file": name, "op": s.group, "file_num_skipped": n, "summary": s.__dict__}
+                    for name, s, n in rows], args.json)
         return 0
     if not rows:
         print("no own measurements found (gpusim measure writes them to measurements/<gpu>/)")

@@ -223,6 +223,7 @@ class Launcher:
 HOST_COVER_FLOOR_S = 1e-3
 """Least time the spin kernel keeps the GPU busy ahead of each timed launch."""
 SPIN_CALIBRATION_ITERATIONS = 1 << 20
+ENQUEUE_PROBES = 2
 
 
 def cuda_event_timer(launch: Launch, num_warmups: int, num_repeats: int) -> list[float]:
@@ -230,8 +231,8 @@ def cuda_event_timer(launch: Launch, num_warmups: int, num_repeats: int) -> list
 
     The host needs tens of microseconds to hand a launch to the driver (Numba's argument handling,
     a synchronous copy's setup); an idle GPU would record the start event at once and count that
-    time as the kernel's. So a spin kernel is queued first, long enough (four times the measured
-    enqueue time of a warm-up launch, at least ``HOST_COVER_FLOOR_S``) for the host to queue the
+    time as the kernel's. So a spin kernel is queued first, long enough (four times the least enqueue
+    time of ``ENQUEUE_PROBES`` untimed launches, at least ``HOST_COVER_FLOOR_S``) for the host to queue the
     start event, the launch and the end event behind it: the events then bracket the kernel alone."""
     import time
 
@@ -240,12 +241,15 @@ def cuda_event_timer(launch: Launch, num_warmups: int, num_repeats: int) -> list
     from gpusim.cuda_backend import micro as U
 
     sink = cuda.device_array(1, dtype="float32")
-    enqueue_s = 0.0
     for i in range(num_warmups):
+        launch(i)
+    cuda.synchronize()
+    enqueue_s = math.inf
+    for i in range(ENQUEUE_PROBES):  # untimed; the least of them, so that a compile does not count
         before = time.perf_counter()
         launch(i)
-        enqueue_s = time.perf_counter() - before
-    cuda.synchronize()
+        enqueue_s = min(enqueue_s, time.perf_counter() - before)
+        cuda.synchronize()
     spin_iterations = max(1, math.ceil(max(HOST_COVER_FLOOR_S, 4 * enqueue_s) / _spin_seconds_per_iteration()))
     times = []
     for r in range(num_repeats):
@@ -486,6 +490,25 @@ def nvml_clocks() -> dict[str, Any]:
     return out
 
 
+def source_commit() -> str:
+    """The git commit of the gpusim source that runs, with ``+changes`` when its tracked files differ
+    from it; empty when gpusim is not run from a git checkout (an installed wheel)."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return ""
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return commit + ("+changes" if dirty else "")
+
+
 def base_provenance(hardware: str, date_iso: str) -> dict[str, Any]:
     """Versions and date (no GPU needed)."""
     import platform
@@ -494,6 +517,7 @@ def base_provenance(hardware: str, date_iso: str) -> dict[str, Any]:
 
     return {
         "gpusim_version": __version__,
+        "gpusim_commit": source_commit(),
         "numba_version": _version("numba"),
         "numba_cuda_version": _version("numba-cuda"),
         "numpy_version": _version("numpy"),

@@ -117,12 +117,6 @@ def launch_stream(variant: str, grid: int, threads: int, a: Any, b: Any, c: Any,
     _stream_kernel(variant)[grid, threads](a, b, c, scalar)
 
 
-L2_PASSES_IN_FLIGHT = 4
-"""Passes a thread reads at once, each into its own sum, so that four loads are in flight per thread
-whatever the footprint: at 1 MiB the 2 x SMs x 1024 threads hold about one element each per pass, and
-one load at a time per thread leaves the L2 waiting on its own latency."""
-
-
 @functools.lru_cache(maxsize=None)
 def _l2_read_kernel():
     _bind_cuda()
@@ -138,6 +132,9 @@ def _l2_read_kernel():
         s3 = 0.0
         # Each pass a CTA reads the slice its neighbour read the pass before (another SM, most
         # likely), so the SM's own L1 does not serve the re-reads. No modulo in the inner loop.
+        # Four passes at once, each into its own sum, so that a thread has four loads in flight. At
+        # footprints of a few MiB the 2 x SMs x 1024 threads still hold only a few elements each per
+        # pass, too few loads in flight to reach the L2's bandwidth: those sizes measure this kernel.
         p = 0
         while p + 4 <= passes:
             # the four passes start a quarter of the footprint apart: were they only one CTA's slice

@@ -10,8 +10,10 @@ Fusion ``default``:
 Fusion ``none`` (eager PyTorch): every op is its own kernel; attention is lowered to QK^T, scale,
 mask (causal or padding), softmax, (dropout), AV, and functions that models write as several tensor ops
 run as one kernel per tensor op: GPT-2's GELU, gated MLPs and rotary embeddings
-(:data:`~gpusim.workload.ops.EAGER_COMPOSITIONS`) and RMSNorm (:func:`_eager_rmsnorm`), as Llama's
-reference code, Hugging Face's and torchtitan's write them.
+(:data:`~gpusim.workload.ops.EAGER_COMPOSITIONS`) and RMSNorm (:func:`eager_rmsnorm_ops`). RMSNorm and
+the gated MLPs as Llama's reference code, Hugging Face and torchtitan write them; rotary embedding in
+Hugging Face's ``rotate_half`` form (the reference code and torchtitan multiply complex numbers in
+FP32 instead: a cast, the product and a cast back, about the same bytes).
 Fusion ``attention_only`` (eager PyTorch whose model code calls a FlashAttention kernel, as
 llm-foundry's MPT does): as ``none``, but attention stays its fused kernel.
 Fusion ``megatron`` (Megatron-LM's hand-fused kernels around plain cuBLAS GEMMs, as GPT training ran
@@ -36,6 +38,7 @@ from gpusim.workload.graph import OpNode
 from gpusim.workload.layers import (FwdOp, Layer, attention_kept_bytes, kept_when_recomputed,
                                    replicated_without_sequence_parallel, saved_bytes)
 from gpusim.workload.ops import (
+    EAGER_BACKWARD_COMPOSITIONS,
     EAGER_COMPOSITIONS,
     ELEMENTWISE_FUNCTIONS,
     MASK_BYTES,
@@ -326,13 +329,22 @@ def backward_ops(f: FwdOp, grad_accumulation: bool, fusion: str) -> list[tuple[s
     if isinstance(op, Elementwise):
         functions = [ELEMENTWISE_FUNCTIONS[fn].backward for fn in reversed(op.functions)]
         functions = [fn for fn in functions if fn is not None]
+        eager = fusion in ("none", "attention_only")
+        if f.input_grad and f.norm_step and eager and op.function == "cast" and op.dtype == "fp32":
+            # the FP32 copy of an eager norm's input feeds the square and the normalizing product:
+            # autograd adds their two gradients before the cast's
+            out.append(("grad_accumulate", Elementwise(num_elements=op.num_elements, function="add", dtype="fp32")))
         if functions and f.input_grad:
             # a cast's gradient is cast back: the dtypes swap
-            dtype, input_dtype = ((op.input_dtype, op.dtype) if op.input_dtype not in (None, op.dtype)
-                                  else (op.dtype, None))
+            dtype, input_dtype = ((op.input_dtype, op.dtype) if op.function == "cast" and op.input_dtype
+                                  not in (None, op.dtype) else (op.dtype, None))
             broadcast = op.broadcast_elements if "mul_bcast" in op.functions else 0
-            out.append(("grad", Elementwise(num_elements=op.num_elements, function="+".join(functions),
-                                            dtype=dtype, input_dtype=input_dtype, broadcast_elements=broadcast)))
+            if eager and len(functions) == 1 and functions[0] in EAGER_BACKWARD_COMPOSITIONS:
+                out += [(f"grad_{i}_{step}", Elementwise(num_elements=op.num_elements, function=step, dtype=op.dtype))
+                        for i, step in enumerate(EAGER_BACKWARD_COMPOSITIONS[functions[0]])]
+            else:
+                out.append(("grad", Elementwise(num_elements=op.num_elements, function="+".join(functions),
+                                                dtype=dtype, input_dtype=input_dtype, broadcast_elements=broadcast)))
         if "bias_add" in op.functions and op.broadcast_elements:
             out.append(("bias_grad", Reduction(num_elements=op.num_elements, num_outputs=op.broadcast_elements,
                                                dtype=op.dtype)))

@@ -103,6 +103,7 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
     _f("mul_table", 1, 1, 1, backward="mul_table"),  # x times a constant table (rotary cos / sin): saves nothing
     _f("rotate_half", 1, 1, 0, backward="rotate_half"),  # cat(-x2, x1): the negation and the concatenation
     _f("expand", 0, 1, 0),  # a broadcast operand written out at full size (a mean's gradient)
+    _f("copy", 1, 1, 0),
     _f("shift", 1, 1, 1),  # x + constant: its gradient passes through unchanged
     _f("cube", 1, 1, 2, backward="cube_backward", saves="input"),
     _f("mask_fill", 1, 1, 0, backward="mask_fill"),  # torch.where(mask, x, c): the mask is a broadcast buffer
@@ -143,7 +144,14 @@ EAGER_COMPOSITIONS: dict[str, tuple[str, ...]] = {
 }
 """Element-wise functions that eager frameworks run as several kernels, one per tensor op (fusions
 ``none`` and ``attention_only``); the other fusions run them as one kernel. RMSNorm's eager form is
-:func:`gpusim.workload.expand` 's ``_eager_rmsnorm`` (it has a reduction in it)."""
+:func:`gpusim.workload.expand.eager_rmsnorm_ops` (it has a reduction in it)."""
+
+EAGER_BACKWARD_COMPOSITIONS: dict[str, tuple[str, ...]] = {
+    # PyTorch's PowBackward for x.pow(2): grad * (2 * x.pow(1)), x.pow(1) a copy of x
+    "square_backward": ("copy", "scale", "mul"),
+}
+"""Backward functions that PyTorch's autograd runs as several kernels (fusions ``none`` and
+``attention_only``), one per tensor op."""
 
 
 def chain_cost(functions: tuple[str, ...]) -> ElementwiseFunction:
