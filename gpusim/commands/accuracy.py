@@ -103,6 +103,16 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:+.1f}%"
 
 
+SUMMARY_HEADER = f"{'cases':>5} {'MAPE':>7} {'<=10%':>6} {'<=25%':>6} {'worst':>8}  {'roofline MAPE':>13}"
+
+
+def _summary_cells(s) -> str:
+    """A summary's cells under :data:`SUMMARY_HEADER`."""
+    roof = "-" if s.roofline_mape_fraction is None else f"{s.roofline_mape_fraction:.1%}"
+    return (f"{s.num_cases:5d} {s.mape_fraction:7.1%} {s.within_10_fraction:6.0%} {s.within_25_fraction:6.0%} "
+            f"{_pct(s.worst_error_fraction):>8}  {roof:>13}")
+
+
 def cmd_accuracy(args: argparse.Namespace) -> int:
     asked = getattr(args, "suite", "all")
     if args.measurements and asked not in ("all", "kernels"):
@@ -158,14 +168,12 @@ def _heldout_suite(args: argparse.Namespace) -> int:
                            "gpus": sorted({getattr(r, "gpu", "") for r in results} - {""})}
                     for name, kind, results, skipped, summary in rows}, args.json)
         return 0
-    print(f"{'held-out file':<40} {'cases':>5} {'MAPE':>7} {'<=10%':>6} {'<=25%':>6} {'worst':>8}  {'roofline MAPE':>13}")
+    print(f"{'held-out file':<40} {SUMMARY_HEADER}")
     for name, _kind, _results, skipped, s in rows:
         if s is None:
             print(f"{name[:40]:<40} {0:5d}  (nothing scored: {len(skipped)} skipped)")
             continue
-        roof = "-" if s.roofline_mape_fraction is None else f"{s.roofline_mape_fraction:.1%}"
-        print(f"{name[:40]:<40} {s.num_cases:5d} {s.mape_fraction:7.1%} {s.within_10_fraction:6.0%} "
-              f"{s.within_25_fraction:6.0%} {_pct(s.worst_error_fraction):>8}  {roof:>13}")
+        print(f"{name[:40]:<40} {_summary_cells(s)}")
     return 0
 
 
@@ -192,11 +200,9 @@ def _measured_suite(args: argparse.Namespace) -> int:
     if not rows:
         print("no own measurements found (gpusim measure writes them to measurements/<gpu>/)")
         return 0
-    print(f"{'file':<34} {'op':<14} {'cases':>5} {'MAPE':>7} {'<=10%':>6} {'<=25%':>6} {'worst':>8}  {'roofline MAPE':>13}")
+    print(f"{'file':<34} {'op':<14} {SUMMARY_HEADER}")
     for name, s, _ in rows:
-        roof = "-" if s.roofline_mape_fraction is None else f"{s.roofline_mape_fraction:.1%}"
-        print(f"{name[:34]:<34} {s.group[:14]:<14} {s.num_cases:5d} {s.mape_fraction:7.1%} {s.within_10_fraction:6.0%} "
-              f"{s.within_25_fraction:6.0%} {_pct(s.worst_error_fraction):>8}  {roof:>13}")
+        print(f"{name[:34]:<34} {s.group[:14]:<14} {_summary_cells(s)}")
     return 0
 
 
@@ -319,15 +325,13 @@ def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -
         print(f"{r.case_id[:44]:<44} {r.metric:<11} {r.measured:11.4g} {r.simulated:11.4g} "
               f"{_pct(r.signed_error_fraction):>8} {_pct(r.roofline_error_fraction):>9}")
     print()
-    header = f"{'group':<34} {'cases':>5} {'MAPE':>7} {'<=10%':>6} {'<=25%':>6} {'worst':>8}  {'roofline MAPE':>13}"
+    header = f"{'group':<34} {SUMMARY_HEADER}"
     for title, summaries in (("by op kind", overall + by_kind), ("by GPU", by_gpu), ("by source", by_source),
                              ("by GPU and op", by_op)):
         print(f"{title}:")
         print(header)
         for s in summaries:
-            roof = "-" if s.roofline_mape_fraction is None else f"{s.roofline_mape_fraction:.1%}"
-            print(f"{s.group[:34]:<34} {s.num_cases:5d} {s.mape_fraction:7.1%} {s.within_10_fraction:6.0%} "
-                  f"{s.within_25_fraction:6.0%} {_pct(s.worst_error_fraction):>8}  {roof:>13}")
+            print(f"{s.group[:34]:<34} {_summary_cells(s)}")
         print()
     if skipped:
         reasons: dict[str, int] = {}
