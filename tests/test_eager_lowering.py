@@ -36,6 +36,11 @@ def test_eager_causal_attention_scales_and_masks_the_scores_in_kernels_of_their_
     order = [n.name for n in nodes.values() if n.phase == "forward" and n.name.startswith("layer0.attention")]
     assert order[:4] == ["layer0.attention_qk", "layer0.attention_scale", "layer0.attention_mask_fill",
                          "layer0.attention_softmax"]
+    # the scale is contiguous; the causal mask is broadcast over batch and heads, in the forward and
+    # in its gradient (PyTorch's index-computing kernel over 2 dimensions)
+    assert nodes["layer0.attention_scale"].op.index_dims == 0
+    assert nodes["layer0.attention_mask_fill"].op.index_dims == 2
+    assert nodes["layer0.attention_mask_fill.grad"].op.index_dims == 2
 
 
 def test_eager_bidirectional_attention_adds_a_padding_mask_without_a_backward_kernel():
@@ -45,6 +50,7 @@ def test_eager_bidirectional_attention_adds_a_padding_mask_without_a_backward_ke
     add = nodes["layer0.attention_mask_add"]
     assert (add.bytes_read(), add.bytes_written()) == (scores_bytes, scores_bytes)
     assert "layer0.attention_mask_add.grad" not in nodes  # the gradient of x + mask is the gradient of x
+    assert add.op.index_dims == 3  # keys, heads x queries, batch
     assert not any("mask_fill" in name for name in nodes)
 
 
@@ -269,6 +275,12 @@ def test_eager_gated_mlp_and_rotary_run_their_tensor_ops_and_fused_modes_one_ker
     assert [x.op.function for x in _by_name(eager, "forward", "layer0.act_")] == ["silu", "mul"]
     assert [x.op.function for x in _by_name(eager, "forward", "layer0.rotary_")] == [
         "mul_table", "rotate_half", "mul_table", "add"]
+    # rotary works on transposed head views (3 index dimensions), the gated MLP on the two halves of
+    # one projection's output (2), forward and backward
+    assert {x.op.index_dims for x in _by_name(eager, "forward", "layer0.rotary_")} == {3}
+    assert {x.op.index_dims for x in _by_name(eager, "backward", "layer0.rotary_")} == {3}
+    assert {x.op.index_dims for x in _by_name(eager, "forward", "layer0.act_")} == {2}
+    assert {x.op.index_dims for x in _by_name(eager, "backward", "layer0.act_")} == {2}
     fused = _nodes("llama2_7b_train", [i for i in LLAMA_EAGER if not i.startswith("fusion=")])
     forward = {x.name for x in fused if x.phase == "forward"}
     assert {"layer0.norm1", "layer0.rotary", "layer0.act"} <= forward

@@ -409,6 +409,52 @@ def test_math_between_loads_adds_the_sms_issue_time_to_each_cta(tiny):
     assert estimate_kernel_s(two_waves, tiny) == pytest.approx(expected, rel=1e-12)
 
 
+def test_scheduler_residence_is_mean_value_analysis_of_warps_sharing_a_scheduler():
+    # W warps each alternately issue for K at one scheduler and wait D for their loads. One warp never
+    # queues: K. Two warps with K = D = 1: the first alone spends 1 there and is there half of its
+    # loop (queue 1 / 2); the second finds that half a warp ahead of it: 1 x (1 + 1/2) = 1.5.
+    from gpusim.engine.kernel import scheduler_residence_s
+    assert scheduler_residence_s(1.0, 1, 1.0) == pytest.approx(1.0, rel=1e-12)
+    assert scheduler_residence_s(1.0, 2, 1.0) == pytest.approx(1.5, rel=1e-12)
+    # three warps: after 1.5 the queue is 2 x 1.5 / 2.5 = 1.2, so 1 x 2.2
+    assert scheduler_residence_s(1.0, 3, 1.0) == pytest.approx(2.2, rel=1e-12)
+    # with no delay the scheduler is saturated: every warp waits for all the others (W x K)
+    assert scheduler_residence_s(2.0, 16, 0.0) == pytest.approx(32.0, rel=1e-12)
+    # a long delay hides the others' issue: just K
+    assert scheduler_residence_s(2.0, 16, 1e9) == pytest.approx(2.0, rel=1e-6)
+    assert float(scheduler_residence_s(0.0, 16, 1.0)) == 0.0
+    # between the bounds, and never less with more warps or a shorter delay
+    values = [float(scheduler_residence_s(1.0, w, 10.0)) for w in range(1, 33)]
+    assert all(1.0 <= v <= w for w, v in zip(range(1, 33), values))
+    assert values == sorted(values)
+    assert scheduler_residence_s(1.0, 16, 5.0) >= scheduler_residence_s(1.0, 16, 10.0)
+
+
+def test_issue_between_trips_overlaps_the_other_warps_waits(tiny):
+    # The posted-stores kernel above (2 one-warp CTAs, one per SM, 512 round trips of 1 us) whose warps
+    # issue 1,000 instructions (1 us at 1 GHz) between their trips, with no barrier between warps: one
+    # warp per scheduler never queues, so each trip lasts 2 us.
+    plan = streaming_plan(tiny, "mul", "elementwise", "fp32", bytes_read=2 * 65536.0, bytes_written=0.0,
+                          flop=0.0, sfu_ops=0.0, num_ctas=2, threads_per_cta=32, bytes_in_flight_per_thread=4.0)
+    plan = replace(plan, warp_instructions_per_trip=1000.0)
+    expected = 1e-6 + 512 * 2e-6
+    assert simulate_kernel(plan, tiny).time_s == pytest.approx(expected, rel=1e-12)
+    assert estimate_kernel_s(plan, tiny) == pytest.approx(expected, rel=1e-12)
+    # 16 such CTAs of 8 trips (1 KiB of loads) each: 8 one-warp CTAs per SM, 2 warps per scheduler,
+    # each trip 1 us of latency plus 1.5 us at the scheduler (mean-value analysis, K = D = 1 us).
+    # 16 KiB in 21 us is below the 1 GB/s DRAM.
+    many = streaming_plan(tiny, "mul", "elementwise", "fp32", bytes_read=16 * 1024.0, bytes_written=0.0,
+                          flop=0.0, sfu_ops=0.0, num_ctas=16, threads_per_cta=32, bytes_in_flight_per_thread=4.0)
+    many = replace(many, warp_instructions_per_trip=1000.0)
+    assert many.num_waves == 1
+    expected = 1e-6 + 8 * (1e-6 + 1.5e-6)
+    assert simulate_kernel(many, tiny).time_s == pytest.approx(expected, rel=1e-12)
+    assert estimate_kernel_s(many, tiny) == pytest.approx(expected, rel=1e-12)
+    # the same instructions issued with every warp waiting at once (serial) cost more
+    serial = replace(many, warp_instructions_per_trip=0.0, serial_warp_instructions_per_cta=8 * 1000.0)
+    assert simulate_kernel(serial, tiny).time_s > simulate_kernel(many, tiny).time_s
+
+
 def test_a_block_reduction_adds_its_dependent_steps_to_each_cta(tiny):
     # The kernel above (2 one-warp CTAs, 512 round trips of 1 us, 4,000 serial instructions = 4 us) whose
     # CTAs also sum a value across the block once: 5 + 5 dependent shuffles (32-thread warps) and two

@@ -132,7 +132,8 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
 
 
 def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, count=1, llc_bytes=0.0,
-                      store_bytes: float = 0.0, turnaround_s: float = 0.0, capacity_per_dram_byte=1.0):
+                      store_bytes: float = 0.0, turnaround_s: float = 0.0, capacity_per_dram_byte=1.0,
+                      trip_issue: tuple[float, int] = (0.0, 1)):
     """Little's law: a CTA with ``in_flight`` outstanding load bytes makes one round trip per
     ``in_flight`` bytes it loads, each taking the average latency of where its requests are served
     (L2, the memory-side cache's ``llc_bytes``, DRAM), and lives ``turnaround_s`` besides (a
@@ -145,7 +146,13 @@ def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, 
     ``capacity_per_dram_byte`` is the capacity one byte uses) and s the calibrated ``dram_loaded_latency_slope``
     (0: the idle latency at any load). When Little's law binds, the wave's ``count`` CTAs move
     R = N D / T(R) DRAM bytes per second (D DRAM bytes per CTA, T = turnaround + trips x L(R)), a
-    quadratic in R solved in closed form; a wave that saturates DRAM sees its latency at rho = 1."""
+    quadratic in R solved in closed form; a wave that saturates DRAM sees its latency at rho = 1.
+
+    ``trip_issue`` is (seconds one warp issues between its trips, warps per scheduler) of a kernel
+    whose warps issue between their own round trips while the others wait
+    (:attr:`KernelPlan.warp_instructions_per_trip`): each trip then lasts its latency plus the warp's
+    residence at its scheduler (:func:`scheduler_residence_s`), which depends on that latency, so
+    the closed form is solved again with the residence at the loaded latency."""
     with np.errstate(divide="ignore", invalid="ignore"):
         hit = np.clip(1.0 - (dram_bytes + llc_bytes) / l2_bytes, 0.0, 1.0) if l2_bytes > 0 \
             else np.zeros_like(dram_bytes)
@@ -156,18 +163,53 @@ def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, 
         traffic = np.maximum(l2_bytes, dram_bytes)
         loads = np.maximum(traffic - store_bytes, 0.0)
         trips = np.where(in_flight > 0, loads / in_flight, 0.0)
+        issue_s, warps_per_scheduler = trip_issue
+        residence = scheduler_residence_s(issue_s, warps_per_scheduler, latency)
         if machine.calibration.dram_loaded_latency_slope > 0:
             bandwidth = machine.dram_achievable_bytes_per_s / capacity_per_dram_byte
-            # T = turnaround + trips (c + d R), c the idle average latency, d its growth per DRAM byte/s
+            # T = turnaround + trips (c + w + d R), c the idle average latency, w the residence at the
+            # scheduler, d the latency's growth per DRAM byte/s
             d = miss * (machine.loaded_dram_latency_s(1.0) - machine.dram_latency_s) / bandwidth
-            a, b = trips * d, turnaround_s + trips * latency
-            demand = count * dram_bytes
-            root = np.where(a > 0, (np.sqrt(b ** 2 + 4.0 * a * demand) - b) / (2.0 * a),
-                            np.where(b > 0, demand / b, np.inf))
-            utilization = np.minimum(root, bandwidth) / bandwidth
-            latency = hit * machine.l2_latency_s + llc_latency + miss * machine.loaded_dram_latency_s(utilization)
-        lifetime = turnaround_s + trips * latency
+            idle = latency
+            for _ in range(2 if issue_s > 0 else 1):
+                a, b = trips * d, turnaround_s + trips * (idle + residence)
+                demand = count * dram_bytes
+                root = np.where(a > 0, (np.sqrt(b ** 2 + 4.0 * a * demand) - b) / (2.0 * a),
+                                np.where(b > 0, demand / b, np.inf))
+                utilization = np.minimum(root, bandwidth) / bandwidth
+                latency = hit * machine.l2_latency_s + llc_latency + miss * machine.loaded_dram_latency_s(utilization)
+                residence = scheduler_residence_s(issue_s, warps_per_scheduler, latency)
+        lifetime = turnaround_s + trips * (latency + residence)
         return np.where((traffic > 0) & (lifetime > 0), 1.0 / lifetime, np.inf)
+
+
+def scheduler_residence_s(issue_s: float, warps_per_scheduler: int, delay_s):
+    """Seconds a warp spends at its scheduler per loop (queueing for it, then issuing for ``issue_s``)
+    when ``warps_per_scheduler`` warps each alternately issue there and wait ``delay_s`` for their
+    loads, all waiting at once: exact mean-value analysis of that closed loop (Reiser and Lavenberg,
+    J. ACM 27(2), 1980), one queueing station and one delay. Between the two bounds: ``issue_s`` with
+    few warps or a long delay, all the warps' issue (W x ``issue_s``) when the scheduler saturates.
+    Works on scalars and numpy arrays of delays; 0 for ``issue_s`` 0."""
+    if issue_s <= 0:
+        return np.zeros_like(np.asarray(delay_s, dtype=np.float64))
+    queue = np.zeros_like(np.asarray(delay_s, dtype=np.float64))
+    residence = queue
+    for warps in range(1, max(1, int(warps_per_scheduler)) + 1):
+        residence = issue_s * (1.0 + queue)
+        queue = warps * residence / (residence + delay_s)
+    return residence
+
+
+def trip_issue(plan: KernelPlan, machine: Machine, count: int) -> tuple[float, int]:
+    """(seconds one warp issues between two of its round trips, warps per scheduler) of a plan with
+    :attr:`KernelPlan.warp_instructions_per_trip` when ``count`` CTAs run; (0, 1) for the others.
+    A scheduler issues one warp instruction per cycle."""
+    if plan.warp_instructions_per_trip <= 0:
+        return 0.0, 1
+    per_busiest_unit = _ctas_on_busiest_unit(plan, machine, count)
+    warps_on_unit = per_busiest_unit * math.ceil(plan.threads_per_cta / machine.warp_size)
+    return (plan.warp_instructions_per_trip / machine.unit_clock_hz,
+            math.ceil(warps_on_unit / machine.num_schedulers_per_unit))
 
 
 def dram_capacity_per_byte(plan: KernelPlan, machine: Machine, dram_bytes_per_cta):
@@ -225,7 +267,7 @@ def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_c
     latency_cap = float(_latency_cap_rate(in_flight, plan.l2_bytes_per_cta, dram_bytes_per_cta, machine, count,
                                           llc_bytes_per_cta, plan.store_bytes_per_cta,
                                           cta_serial_s(plan, machine, count),
-                                          cost))
+                                          cost, trip_issue(plan, machine, count)))
     return CtaProfile(count=count, compute_s=compute_s, l2_bytes=plan.l2_bytes_per_cta,
                       dram_bytes=dram_bytes_per_cta, latency_cap_rate=latency_cap, compute_limiter=limiter,
                       llc_bytes=llc_bytes_per_cta, dram_capacity_bytes=dram_bytes_per_cta * cost)
@@ -366,8 +408,17 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
     cost = dram_capacity_per_byte(plan, machine, dram)
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(compute > 0, 1.0 / compute, np.inf)
-        rate = np.minimum(rate, _latency_cap_rate(in_flight, l2, dram, machine, counts, llc, plan.store_bytes_per_cta,
-                                                  lifetime, cost))
+        if plan.warp_instructions_per_trip > 0:  # the scheduler's share depends on the CTAs per SM
+            cap = np.empty(len(waves))
+            for count in np.unique(counts):
+                at = counts == count
+                cap[at] = _latency_cap_rate(in_flight[at], l2, dram[at], machine, counts[at], llc[at],
+                                            plan.store_bytes_per_cta, lifetime[at], cost[at],
+                                            trip_issue(plan, machine, int(count)))
+        else:
+            cap = _latency_cap_rate(in_flight, l2, dram, machine, counts, llc, plan.store_bytes_per_cta, lifetime,
+                                    cost)
+        rate = np.minimum(rate, cap)
         rate = np.minimum(rate, np.where(dram > 0, machine.dram_achievable_bytes_per_s / (counts * dram * cost), np.inf))
         if plan.wave_llc_bytes:
             rate = np.minimum(rate, np.where(llc > 0, machine.llc_achievable_bytes_per_s / (counts * llc), np.inf))

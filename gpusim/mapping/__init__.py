@@ -23,7 +23,8 @@ from gpusim.mapping.attention import fused_attention_plans
 from gpusim.mapping.gemm import (STREAM_K_MIN_K_ITERATIONS, compulsory_dram_bytes, gemm_lower_bound_s, gemm_plan,
                                  tile_candidates, tile_misfit_reason, uses_matrix_pipe)
 from gpusim.mapping.plan import KernelPlan, Tile
-from gpusim.mapping.streaming import elementwise_launch, framework_row_launch, row_launch, streaming_plan
+from gpusim.mapping.streaming import (elementwise_launch, framework_row_launch, row_launch, streaming_plan,
+                                     torch_scalar_elementwise_launch, torch_scalar_instructions)
 
 __all__ = ["KernelPlan", "Tile", "map_op", "best_gemm", "LINK_CATEGORIES"]
 
@@ -184,10 +185,27 @@ def _streaming(machine: Machine, op) -> KernelPlan:
         function = getattr(op, "function", "")
         if function:
             sfu = elements * _sfu_per_element(function.split("+"))
+        if getattr(op, "scalar_loads", False) and machine.kind == "gpu":
+            return _torch_scalar_elementwise(machine, op, read, written, flop, sfu)
     plan = streaming_plan(machine, kind, kind, dtype, bytes_read=read, bytes_written=written, flop=flop,
                           sfu_ops=sfu, num_ctas=ctas, threads_per_cta=threads,
                           bytes_in_flight_per_thread=in_flight, l2_reread_fraction=reread)
     return replace(plan, useful_flop=float(op.flop()), executed_flop=flop)
+
+
+def _torch_scalar_elementwise(machine: Machine, op, read: float, written: float, flop: float, sfu: float
+                              ) -> KernelPlan:
+    """An element-wise op that PyTorch runs with one element's loads in flight per thread
+    (:attr:`~gpusim.workload.ops.Elementwise.scalar_loads`): each warp issues the kernel's
+    instructions for its next element between two of its round trips
+    (:func:`~gpusim.mapping.streaming.torch_scalar_instructions`) while the SM's other warps wait."""
+    casts = op.casts_on_load
+    load_bytes = (read - op.broadcast_elements * DTYPE_BYTES[op.dtype]) / op.num_elements
+    ctas, threads, in_flight = torch_scalar_elementwise_launch(op.num_elements, op.dtype, casts, load_bytes)
+    plan = streaming_plan(machine, op.kind, op.kind, op.dtype, bytes_read=read, bytes_written=written, flop=flop,
+                          sfu_ops=sfu, num_ctas=ctas, threads_per_cta=threads, bytes_in_flight_per_thread=in_flight)
+    instructions = torch_scalar_instructions(op.tensor_inputs, op.index_dims, casts)
+    return replace(plan, useful_flop=float(op.flop()), executed_flop=flop, warp_instructions_per_trip=instructions)
 
 
 @functools.lru_cache(maxsize=8192)

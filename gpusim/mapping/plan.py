@@ -148,6 +148,14 @@ class KernelPlan:
     kernels, :func:`gpusim.mapping.streaming.scalar_row_launch`). The warps of an SM then wait for
     their loads together and share its schedulers afterwards, so every CTA lives the issue time of
     the instructions of all the CTAs on its SM besides its round trips (0: loads overlap the math)."""
+    warp_instructions_per_trip: float = 0.0
+    """Warp instructions each warp of a streaming CTA issues between two of its round trips while
+    the other warps of its SM keep their loads in flight: a kernel whose threads load one element,
+    compute on it and store it before loading the next, with no barrier between its warps
+    (PyTorch's index-computing and casting element-wise kernels,
+    :func:`gpusim.mapping.streaming.torch_scalar_elementwise_launch`). The SM's warps queue for its
+    schedulers (:func:`gpusim.engine.kernel.scheduler_residence_s`); 0: the issue hides behind the
+    round trips."""
     block_reductions_per_cta: int = 0
     """Block-wide reductions a streaming CTA performs between its loads, each a chain of dependent
     warp shuffles and shared-memory exchanges behind barriers that every warp of the CTA waits for

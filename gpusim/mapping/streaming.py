@@ -85,6 +85,54 @@ def elementwise_launch(machine: Machine, num_elements: int, dtype: str, num_inpu
     return ctas, threads, VECTOR_LOAD_BYTES * max(1, num_inputs) * 2
 
 
+TORCH_SCALAR_THREADS = 128
+"""Threads per CTA of PyTorch's index-computing and casting element-wise kernels
+(``elementwise_kernel<128, vt>``, ``unrolled_elementwise_kernel`` in a profile)."""
+
+TORCH_SCALAR_INSTRUCTIONS = {"base": 15.5, "per_input": 5.0, "per_dim": 8.0, "per_dim_per_operand": 2.0,
+                             "per_cast_operand": 11.0}
+"""Instructions one thread of PyTorch's scalar element-wise kernels issues per element, as counted
+on the executed path of equivalent kernels compiled for sm_90 by nvcc 13.0 (-O3, read with
+nvdisasm): a kernel that splits the element's index over the iterator's dimensions by multiply-high
+division and adds every operand's stride per dimension, loads the inputs, computes and stores,
+with 128 threads of 2 or 4 elements each. Per element: 15.5 for the index, bounds test, loop and
+convergence barriers, 5 per input (its address and load), per index dimension 8 (the division and
+the dimension test) plus 2 per operand (inputs and output: its stride product), and, where the
+operands' dtypes are read at run time, 11 per operand for its compare-and-branch dtype switch and
+conversion. Executed-path counts of the equivalents: a product of two BF16 (FP32) operands over
+1 / 2 / 3 dimensions 38.75 (40.5) / 52.75 (54.5) / 66.75 (68.5); a negation over 1 / 2 / 3
+dimensions 32.5 / 44.5 / 56.5; a BF16 x FP32 product cast through dtype switches 72.5 / 86.5 /
+100.5; a contiguous cast copy 41.5. The formula is within 1 instruction of each."""
+
+
+def torch_scalar_instructions(tensor_inputs: int, index_dims: int, casts: bool) -> float:
+    """Instructions per element of a PyTorch scalar element-wise kernel (:data:`TORCH_SCALAR_INSTRUCTIONS`)
+    with ``tensor_inputs`` inputs and one output, ``index_dims`` index dimensions, casting every
+    operand or none."""
+    c = TORCH_SCALAR_INSTRUCTIONS
+    operands = tensor_inputs + 1
+    return (c["base"] + c["per_input"] * tensor_inputs
+            + (c["per_dim"] + c["per_dim_per_operand"] * operands) * index_dims
+            + (c["per_cast_operand"] * operands if casts else 0.0))
+
+
+def torch_scalar_elementwise_launch(num_elements: int, out_dtype: str, casts: bool, load_bytes_per_element: float
+                                    ) -> tuple[int, int, float]:
+    """(CTAs, threads per CTA, bytes in flight per thread) of PyTorch's element-wise kernel for
+    operands it cannot load as vectors: 128 threads, each handling ``vt`` elements 128 apart, one
+    after another. An index-computing kernel (``elementwise_kernel<128, vt>``) calls the op on each
+    element through ``char`` pointers, so the compiler cannot move an element's loads above the
+    previous element's store; a casting kernel converts each element inside its dtype switch as it
+    loads it. Either way a thread has one element's loads (``load_bytes_per_element``) in flight.
+    ``vt`` is 4, or 2 for an output of 4 bytes or more without casts (PyTorch's ``Loops.cuh``:
+    ``unroll_factor = sizeof(arg0_t) >= 4 ? 2 : 4``; its casting kernels handle 4), as the
+    profile's kernel names show (``elementwise_kernel<128, 2>`` for an FP32 product,
+    ``<128, 4>`` for a BF16 one)."""
+    per_thread = 2 if DTYPE_BYTES[out_dtype] >= 4 and not casts else 4
+    ctas = math.ceil(num_elements / (TORCH_SCALAR_THREADS * per_thread))
+    return max(1, ctas), TORCH_SCALAR_THREADS, float(load_bytes_per_element)
+
+
 def row_launch(machine: Machine, rows: int, cols: int, dtype: str) -> tuple[int, int, float]:
     """(CTAs, threads per CTA, bytes in flight per thread) of a row-wise kernel (softmax, norms):
     one CTA per row with up to 1024 threads each loading 16-byte vectors; short rows pack several

@@ -40,6 +40,7 @@ from gpusim.workload.layers import (FwdOp, Layer, attention_kept_bytes, kept_whe
 from gpusim.workload.ops import (
     EAGER_BACKWARD_COMPOSITIONS,
     EAGER_COMPOSITIONS,
+    EAGER_INDEX_DIMS,
     ELEMENTWISE_FUNCTIONS,
     MASK_BYTES,
     VECTOR_DTYPES,
@@ -64,6 +65,14 @@ from gpusim.workload.precision import PrecisionPolicy
 # ------------------------------------------------------------------------------------ lowering
 
 
+SCORE_MASK_INDEX_DIMS = {"scale": 0, "mask_add": 3, "mask_fill": 2}
+"""Index dimensions of eager attention's score kernels (:attr:`Elementwise.index_dims`): the scale is
+contiguous; a padding mask (batch, 1, 1, keys) added to the (batch, heads, queries, keys) scores
+broadcasts over heads and queries (keys, heads x queries, batch: 3); a causal mask (1, 1, queries,
+keys) broadcasts over batch and heads (queries x keys, batch x heads: 2). An ALiBi bias is added as
+a padding mask is."""
+
+
 def _lower_attention(f: FwdOp, training: bool, fused_softmax: bool = False) -> list[FwdOp]:
     """Unfused attention's kernels. ``fused_softmax``: the scale runs in the QK^T GEMM's alpha and the
     mask (or score bias) inside the softmax kernel, as Megatron-LM's FusedScaleMaskSoftmax does."""
@@ -83,8 +92,9 @@ def _lower_attention(f: FwdOp, training: bool, fused_softmax: bool = False) -> l
         steps = ()
     for step in steps:
         function = "mask_add" if step == "alibi_add" else step
-        out.append(FwdOp(f"{f.name}_{step}", Elementwise(num_elements=softmax.elements(), function=function,
-                                                         dtype=softmax.dtype), saved_bytes=0.0, recompute_group=group))
+        score_op = Elementwise(num_elements=softmax.elements(), function=function, dtype=softmax.dtype,
+                               index_dims=SCORE_MASK_INDEX_DIMS[function])
+        out.append(FwdOp(f"{f.name}_{step}", score_op, saved_bytes=0.0, recompute_group=group))
     out.append(FwdOp(f"{f.name}_softmax", softmax, saved_bytes=probs_bytes, recompute_group=group))
     dropout = training and f.attention_dropout
     if dropout:
@@ -153,8 +163,9 @@ def eager_rmsnorm_ops(rows: int, cols: int, dtype: str, weight_dtype: str | None
     as (step, op, bytes autograd keeps). The kernels a profile of it shows
     (measurements/h200_sxm_141gb/block_kernels.csv): the cast up, the square, the row mean, the
     epsilon, the reciprocal root, the normalizing product, the cast back, the weight product (no casts
-    for FP32 input). Autograd keeps the FP32 input (once), the row statistic and the normalized rows
-    for the weight's gradient. A ``weight_dtype`` wider than ``dtype`` (an FP32 weight, as
+    for FP32 input); the two products broadcast an operand over the rows (2 index dimensions, see
+    :attr:`~gpusim.workload.ops.Elementwise.index_dims`). Autograd keeps the FP32 input (once), the
+    row statistic and the normalized rows for the weight's gradient. A ``weight_dtype`` wider than ``dtype`` (an FP32 weight, as
     Liger-Kernel's benchmark builds it) promotes the last product to it."""
     n = rows * cols
     out_dtype = weight_dtype or dtype
@@ -164,10 +175,12 @@ def eager_rmsnorm_ops(rows: int, cols: int, dtype: str, weight_dtype: str | None
         ("mean", Reduction(num_elements=n, num_outputs=rows, function="mean", dtype="fp32"), 0.0),
         ("eps", Elementwise(num_elements=rows, function="shift", dtype="fp32"), 0.0),
         ("rsqrt", Elementwise(num_elements=rows, function="rsqrt", dtype="fp32"), 4.0 * rows),
-        ("normalize", Elementwise(num_elements=n, function="mul_bcast", dtype="fp32", broadcast_elements=rows), 0.0),
+        ("normalize", Elementwise(num_elements=n, function="mul_bcast", dtype="fp32", broadcast_elements=rows,
+                                  index_dims=2), 0.0),
         ("cast_back", Elementwise(num_elements=n, function="cast", dtype=dtype, input_dtype="fp32"), 0.0),
         ("weight", Elementwise(num_elements=n, function="mul_bcast", dtype=out_dtype,
-                               input_dtype=None if out_dtype == dtype else dtype, broadcast_elements=cols),
+                               input_dtype=None if out_dtype == dtype else dtype, broadcast_elements=cols,
+                               index_dims=2),
          n * dtype_bytes(dtype)),
     ]
     return [s for s in steps if dtype != "fp32" or s[0] not in ("cast", "cast_back")]
@@ -191,8 +204,9 @@ def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...
             if fusion == "none" and _fused_attention(f):
                 out.extend(_lower_attention(f, training))
             elif isinstance(f.op, Elementwise) and f.op.function in EAGER_COMPOSITIONS:
-                out.extend(replace(f, name=f"{f.name}_{i}_{step}", op=replace(f.op, function=step), saved_bytes=None,
-                                   num_parameters=f.num_parameters if i == 0 else 0)
+                dims = EAGER_INDEX_DIMS.get(f.op.function, 0)
+                out.extend(replace(f, name=f"{f.name}_{i}_{step}", op=replace(f.op, function=step, index_dims=dims),
+                                   saved_bytes=None, num_parameters=f.num_parameters if i == 0 else 0)
                            for i, step in enumerate(EAGER_COMPOSITIONS[f.op.function]))
             elif isinstance(f.op, RMSNorm) and f.op.variant == "forward":
                 out.extend(_eager_rmsnorm(f))
@@ -343,8 +357,10 @@ def backward_ops(f: FwdOp, grad_accumulation: bool, fusion: str) -> list[tuple[s
                 out += [(f"grad_{i}_{step}", Elementwise(num_elements=op.num_elements, function=step, dtype=op.dtype))
                         for i, step in enumerate(EAGER_BACKWARD_COMPOSITIONS[functions[0]])]
             else:
+                # the gradient runs over the same operand layouts as the forward
                 out.append(("grad", Elementwise(num_elements=op.num_elements, function="+".join(functions),
-                                                dtype=dtype, input_dtype=input_dtype, broadcast_elements=broadcast)))
+                                                dtype=dtype, input_dtype=input_dtype, broadcast_elements=broadcast,
+                                                index_dims=op.index_dims)))
         if "bias_add" in op.functions and op.broadcast_elements:
             out.append(("bias_grad", Reduction(num_elements=op.num_elements, num_outputs=op.broadcast_elements,
                                                dtype=op.dtype)))

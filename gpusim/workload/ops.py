@@ -146,6 +146,24 @@ EAGER_COMPOSITIONS: dict[str, tuple[str, ...]] = {
 ``none`` and ``attention_only``); the other fusions run them as one kernel. RMSNorm's eager form is
 :func:`gpusim.workload.expand.eager_rmsnorm_ops` (it has a reduction in it)."""
 
+TABLE_OPERAND_FUNCTIONS = frozenset({"mul_bcast", "mul_table", "mask_add", "mask_fill"})
+"""Functions with an operand besides their streamed input(s) that the kernel reads from cache for
+every element: a broadcast vector (``broadcast_elements``), a constant table or an attention mask."""
+
+EAGER_INDEX_DIMS: dict[str, int] = {
+    # gpusim's gated MLP is one projection to 2 x ffn outputs (as Megatron-LM fuses it and the block
+    # suite writes it, ``up(x).chunk(2, dim=-1)``): the activation and the product read its halves as
+    # chunks with rows 2 x ffn apart (2 dimensions)
+    "swiglu": 2,
+    "geglu": 2,
+    # Hugging Face's apply_rotary_pos_emb works on q and k transposed to (batch, heads, tokens,
+    # head_dim) views of the projection's output, with cos / sin tables of (tokens, head_dim)
+    # broadcast over heads: head_dim, heads and tokens cannot merge (3 dimensions)
+    "rotary": 3,
+}
+"""Index dimensions (:attr:`Elementwise.index_dims`) of the kernels of an eager composition whose
+operands are not all contiguous; compositions not listed (GPT-2's GELU) run on contiguous tensors."""
+
 EAGER_BACKWARD_COMPOSITIONS: dict[str, tuple[str, ...]] = {
     # PyTorch's PowBackward for x.pow(2): grad * (2 * x.pow(1)), x.pow(1) a copy of x
     "square_backward": ("copy", "scale", "mul"),
@@ -724,10 +742,19 @@ class Elementwise(Op):
     broadcast_elements: int = 0
     input_dtype: str | None = None
     """The inputs' dtype where it differs from the output's (a cast); None: ``dtype``."""
+    index_dims: int = 0
+    """Dimensions over which PyTorch's kernel splits each element's index, after merging those that
+    allow it: 0 when every operand is contiguous (``vectorized_elementwise_kernel``); an operand that
+    is broadcast (a row statistic, a weight vector, a rotary table) or a strided view (heads
+    transposed out of a projection's output) makes the kernel compute every operand's offset from
+    the index (``elementwise_kernel``), as the eager lowering of fusions ``none`` and
+    ``attention_only`` says where."""
 
     def __post_init__(self) -> None:
         _positive(self, "num_elements")
         _check_dtype(self, VECTOR_DTYPES)
+        if self.index_dims < 0:
+            raise ValueError(f"elementwise: index_dims must be 0 or more, not {self.index_dims}")
         if self.input_dtype is not None and self.input_dtype not in VECTOR_DTYPES:
             raise ValueError(f"elementwise: input_dtype must be one of {', '.join(sorted(VECTOR_DTYPES))}, "
                              f"not {self.input_dtype!r}")
@@ -738,6 +765,30 @@ class Elementwise(Op):
     @property
     def functions(self) -> tuple[str, ...]:
         return tuple(self.function.split("+"))
+
+    @property
+    def casts_on_load(self) -> bool:
+        """Whether PyTorch converts each element between dtypes as it loads and stores it (its
+        dynamic-casting kernels, ``LoadWithCast`` in a profile): an op whose inputs' dtype differs
+        from its output's, except a narrowing copy (FP32 to BF16 or FP16), which PyTorch's copy
+        kernel vectorizes (measurements/h200_sxm_141gb/block_kernels.csv, PyTorch 2.11: ``x.float()``
+        runs ``unrolled_elementwise_kernel`` with ``LoadWithCast<1>``, ``.to(torch.bfloat16)``
+        ``vectorized_elementwise_kernel<8>``)."""
+        if self.input_dtype in (None, self.dtype):
+            return False
+        return not (self.function == "cast" and dtype_bytes(self.dtype) < dtype_bytes(self.input_dtype))
+
+    @property
+    def scalar_loads(self) -> bool:
+        """Whether PyTorch runs it with one element's loads in flight per thread (an index-computing
+        or casting kernel) rather than its vectorized kernel."""
+        return self.index_dims > 0 or self.casts_on_load
+
+    @property
+    def tensor_inputs(self) -> int:
+        """Tensors the framework's kernel reads for each element: the streamed inputs, plus the
+        broadcast operand or table of ``mul_bcast`` and ``mul_table``."""
+        return self.num_inputs + sum(1 for f in self.functions if f in TABLE_OPERAND_FUNCTIONS)
 
     @property
     def cost(self) -> ElementwiseFunction:
