@@ -287,6 +287,22 @@ def test_eager_gated_mlp_and_rotary_run_their_tensor_ops_and_fused_modes_one_ker
     assert not any("_cast" in name or "_silu" in name for name in forward)
 
 
+def test_eager_autograd_concatenates_the_gradients_of_a_split_projection():
+    # q, k, v = qkv(x).split(...) and gate, up = fc1(x).chunk(2): SplitBackward copies the parts'
+    # gradients into one tensor of the projection's output size before its dgrad and wgrad GEMMs
+    eager = _nodes("llama2_7b_train", LLAMA_EAGER)
+    for name in ("qkv", "fc1"):
+        (gemm,) = _by_name(eager, "forward", f"layer0.{name}")
+        backward = _by_name(eager, "backward", f"layer0.{name}.")
+        assert [x.name.rsplit(".", 1)[1] for x in backward][:2] == ["split_grad", "dgrad"]
+        split = backward[0].op
+        assert split.function == "copy" and split.num_elements == gemm.op.batch * gemm.op.m * gemm.op.n
+    # the fused modes write the whole gradient from one kernel; the output projection is not split
+    fused = _nodes("llama2_7b_train", [i for i in LLAMA_EAGER if not i.startswith("fusion=")])
+    assert not any(x.name.endswith(".split_grad") for x in fused)
+    assert not any(x.name.startswith("layer0.proj.split") for x in eager)
+
+
 def test_eager_llama_block_is_slower_than_with_one_kernel_per_op():
     hw = load_hardware("h100_sxm5_80gb")
     base = [i for i in LLAMA_EAGER if not i.startswith("fusion=")]

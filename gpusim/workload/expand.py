@@ -302,6 +302,9 @@ def backward_ops(f: FwdOp, grad_accumulation: bool, fusion: str) -> list[tuple[s
     op = f.op
     out: list[tuple[str, Op]] = []
     if isinstance(op, Matmul):
+        if f.split_output and fusion in ("none", "attention_only"):
+            out.append(("split_grad", Elementwise(num_elements=op.batch * op.m * op.n, function="copy",
+                                                  dtype=_vector_dtype(op.out_dtype))))
         out += _epilogue_backward(op.epilogue, op.batch * op.m * op.n, op.out_dtype)
         if _fp8_weight_gemm(f):
             # the output gradient is quantized (and transposed) for the FP8 dgrad and wgrad GEMMs

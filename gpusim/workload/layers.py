@@ -61,6 +61,11 @@ class FwdOp:
     """The op's weights are a mixture-of-experts layer's experts, which expert parallelism splits."""
     norm_step: bool = False
     """One of the tensor ops of a norm run op by op (eager lowering): what it keeps is the norm's."""
+    split_output: bool = False
+    """The op's output is split into parts that different ops read (a fused QKV projection into
+    queries, keys and values; a gated MLP's projection into gate and up). Eager autograd
+    concatenates their gradients before the op's own backward (``SplitBackward``'s ``torch.cat``,
+    ``CatArrayBatchedCopy`` in a profile): one copy of the output, in the eager lowering only."""
 
 
 @dataclass(frozen=True)

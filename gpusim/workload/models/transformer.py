@@ -173,10 +173,10 @@ class _Ops:
                  num_parameters=(2 if r.norm == "layernorm" else 1) * r.hidden_size)
 
     def linear(self, name: str, n: int, k: int, *, bias: bool, rows: int | None = None, params: bool = True,
-               input_grad: bool = True) -> None:
+               input_grad: bool = True, split_output: bool = False) -> None:
         m = rows or self.t
         self.add(name, Matmul(m=m, n=n, k=k, dtype=self.p.matmul_dtype), num_parameters=k * n if params else 0,
-                 weight=True, input_grad=input_grad)
+                 weight=True, input_grad=input_grad, split_output=split_output)
         if bias:
             self.add(f"{name}_bias", Elementwise(num_elements=m * n, function="bias_add",
                                                  dtype=self.p.activation_dtype, broadcast_elements=n),
@@ -205,7 +205,7 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
     o = _Ops(r, p, T, training)
     if r.norm_position == "pre":
         o.norm("norm1")
-    o.linear("qkv", (H + 2 * KV) * hd, h, bias=r.bias)
+    o.linear("qkv", (H + 2 * KV) * hd, h, bias=r.bias, split_output=True)
     if r.position_embedding == "rotary":
         o.ew("rotary", "rotary", T * (H + KV) * hd)
     if kv_append:
@@ -237,14 +237,14 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
         o.add("dispatch", Copy(num_bytes=routed * h * dtype_bytes(p.activation_dtype), dtype=p.activation_dtype))
         per_expert = math.ceil(routed / E)
         o.add("experts_up", Matmul(m=per_expert, n=up, k=h, batch=E, b_batch=E, dtype=p.matmul_dtype),
-              num_parameters=E * h * up, weight=True, expert=True)
+              num_parameters=E * h * up, weight=True, expert=True, split_output=r.gated)
         o.ew("experts_act", r.activation, E * per_expert * ffn)
         o.add("experts_down", Matmul(m=per_expert, n=h, k=ffn, batch=E, b_batch=E, dtype=p.matmul_dtype),
               num_parameters=E * ffn * h, weight=True, expert=True)
         o.ew("combine", "mul", routed * h)
         o.add("gather", Copy(num_bytes=routed * h * dtype_bytes(p.activation_dtype), dtype=p.activation_dtype))
     else:
-        o.linear("fc1", up, h, bias=r.bias)
+        o.linear("fc1", up, h, bias=r.bias, split_output=r.gated)
         o.ew("act", r.activation, T * ffn)
         o.linear("fc2", h, ffn, bias=r.bias)
     o.dropout("fc2_dropout", T * h)
