@@ -245,11 +245,12 @@ OWN_MEASUREMENT_FILES = ("library.csv", "micro.csv", "kernels.csv")
 ``block.csv`` carries its own simulated column)."""
 
 
-def own_measurement_files() -> list[Path]:
-    """This project's own measurements: ``measurements/<gpu>/{library,micro,kernels}.csv``, by GPU."""
+def own_measurement_files(names: tuple[str, ...] = OWN_MEASUREMENT_FILES) -> list[Path]:
+    """This project's own measurements: ``measurements/<gpu>/{library,micro,kernels}.csv`` (or the
+    files ``names``; ``("block.csv",)`` for the block suite's), by GPU."""
     root = builtin_dir("measurements")
     return [path for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name not in ("published", "heldout"))
-            for path in (folder / name for name in OWN_MEASUREMENT_FILES) if path.is_file()]
+            for path in (folder / name for name in names) if path.is_file()]
 
 
 def _display(path: Path) -> str:

@@ -42,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "training/inference (training.csv), or all (default; training takes about a minute); "
                         "heldout scores every file of measurements/heldout, none of which the model was fitted "
                         "to, one summary line each (about two minutes); measured scores this project's own "
-                        "measurements (measurements/<gpu>/ from gpusim measure), one line per file and op")
+                        "measurements (measurements/<gpu>/ from gpusim measure), one line per file and op, "
+                        "then every block of the block suite simulated again, phase by kernel class")
     p.set_defaults(func=cmd_accuracy)
 
 
@@ -193,17 +194,37 @@ def _measured_suite(args: argparse.Namespace) -> int:
                                         include_excluded=args.include_excluded, plan_rows=plans)
         for summary in summarize(results, key=lambda r: r.op):
             rows.append((f"{path.parent.name}/{path.name}", summary, len(skipped)))
+    blocks = [] if args.op or args.uncalibrated else _block_rows(args.gpu)
     if args.json:
-        write_json([{"file": name, "op": s.group, "file_num_skipped": n, "summary": s.__dict__}
-                    for name, s, n in rows], args.json)
+        write_json({"files": [{"file": name, "op": s.group, "file_num_skipped": n, "summary": s.__dict__}
+                              for name, s, n in rows],
+                    "blocks": blocks}, args.json)
         return 0
-    if not rows:
+    if not rows and not blocks:
         print("no own measurements found (gpusim measure writes them to measurements/<gpu>/)")
         return 0
     print(f"{'file':<34} {'op':<14} {SUMMARY_HEADER}")
     for name, s, _ in rows:
         print(f"{name[:34]:<34} {s.group[:14]:<14} {_summary_cells(s)}")
+    if blocks:
+        print("\nblock.csv, each block simulated again with the model as it is now (time in s):")
+        print(f"{'gpu / case':<66} {'phase':<9} {'class':<10} {'measured':>10} {'simulated':>10} {'error':>8}")
+        for r in blocks:
+            error = "" if r["error_fraction"] is None else f"{r['error_fraction']:+.1%}"
+            case = r["case_id"].removeprefix(f"{r['gpu']}_")
+            print(f"{(r['gpu'] + ' ' + case)[:66]:<66} {r['phase']:<9} {r['kernel_class']:<10} "
+                  f"{r['measured_s']:10.4g} {r['simulated_s']:10.4g} {error:>8}")
     return 0
+
+
+def _block_rows(gpus) -> list[dict]:
+    """Every own ``block.csv`` row of ``gpus`` (all when empty), re-simulated
+    (:func:`gpusim.cuda_backend.block.resimulated_rows`), each with its file."""
+    from gpusim.cuda_backend.block import resimulated_rows
+    from gpusim.measurements import own_measurement_files
+
+    return [{"file": f"{path.parent.name}/{path.name}", **r} for path in own_measurement_files(("block.csv",))
+            for r in resimulated_rows(path) if not gpus or r["gpu"] in gpus]
 
 
 def _run_cluster_suite(args: argparse.Namespace, suite: str):

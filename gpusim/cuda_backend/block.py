@@ -19,10 +19,15 @@ Only :func:`run_block_probes` needs PyTorch and a GPU (or, for tests, a CPU: it 
 
 from __future__ import annotations
 
+import csv
+import re
 import statistics
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any, Callable
+
+from gpusim.errors import GpusimError
 
 BLOCK_CLASSES = ("gemm", "attention", "other")
 ATTENTION_MARKERS = ("flash", "fmha", "attention", "attn", "sdpa", "cudnn")
@@ -155,11 +160,9 @@ def block_rows(results: list[BlockResult], gpu: str, hardware_name: str, provena
                     "simulated_s": sim, "error_fraction": (sim - measured) / measured if measured > 0 else "",
                     "num_kernels": count, "source": source, "notes": notes}
 
-        sim_forward = sum(s for (phase, _), (s, _) in simulated.items() if phase == "forward")
-        sim_step = sum(s for s, _ in simulated.values())
         timed = f"median of {len(result.step_times_s)} CUDA-event-timed repeats; gpusim attention kernel {attention}"
-        rows.append(row("forward", "all", result.forward_s, sim_forward, 0, timed))
-        rows.append(row("step", "all", result.step_s, sim_step, 0, timed))
+        rows.append(row("forward", "all", result.forward_s, simulated_seconds(simulated, "forward", "all"), 0, timed))
+        rows.append(row("step", "all", result.step_s, simulated_seconds(simulated, "step", "all"), 0, timed))
         for phase in ("forward", "backward"):
             for cls in BLOCK_CLASSES:
                 names = [(n, s) for n, s, p in result.kernels if p == phase and kernel_class(n) == cls]
@@ -173,6 +176,42 @@ def block_rows(results: list[BlockResult], gpu: str, hardware_name: str, provena
             rows.append(row("forward", "gemm_isolated", result.isolated_gemm_s, sim_gemm, 4,
                             "the forward's four projections, each timed alone (median of repeats)"))
     return rows
+
+
+def simulated_seconds(simulated: dict[tuple[str, str], tuple[float, int]], phase: str, cls: str) -> float:
+    """gpusim's seconds for one ``block.csv`` row from :func:`simulated_block`'s result: a kernel
+    class's own, or for class ``all`` the whole forward (phase ``forward``) or step (phase ``step``)."""
+    if cls != "all":
+        return simulated.get((phase, cls), (0.0, 0))[0]
+    return sum(seconds for (p, _), (seconds, _) in simulated.items() if phase == "step" or p == phase)
+
+
+def resimulated_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``block.csv`` beside gpusim's simulation of each block run again with the model
+    as it is now (the file's ``simulated_s`` is the model's when the block was measured): case_id,
+    gpu, phase, kernel_class, measured_s, simulated_s, error_fraction. The attention kernel is the one
+    the file's notes name; rows of blocks the suite no longer runs, and ``gemm_isolated``, are left
+    out. A row without a number gives a one-line error naming the file, the case and the column."""
+    with path.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    out: list[dict[str, Any]] = []
+    for key in dict.fromkeys((r.get("case_id", ""), r.get("gpu", "")) for r in rows):
+        probe = next((p for p in BLOCK_PROBES if p.case_id(key[1]) == key[0]), None)
+        if probe is None:
+            continue
+        group = [r for r in rows if (r["case_id"], r["gpu"]) == key and r.get("kernel_class") != "gemm_isolated"]
+        named = re.search(r"gpusim attention kernel (\w+)", group[0].get("notes") or "")
+        simulated = simulated_block(probe, key[1], named.group(1) if named else "fused_async")
+        for r in group:
+            try:
+                measured = float(r["measured_s"])
+            except (TypeError, ValueError):
+                raise GpusimError(f"{path}: {key[0]}: measured_s: not a number ({r['measured_s']!r})") from None
+            sim = simulated_seconds(simulated, r["phase"], r["kernel_class"])
+            out.append({"case_id": key[0], "gpu": key[1], "phase": r["phase"], "kernel_class": r["kernel_class"],
+                        "measured_s": measured, "simulated_s": sim,
+                        "error_fraction": (sim - measured) / measured if measured > 0 else None})
+    return out
 
 
 KERNEL_COLUMNS = ("case_id", "gpu", "phase", "kernel_class", "kernel", "device_s")
