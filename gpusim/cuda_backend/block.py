@@ -197,9 +197,9 @@ def resimulated_rows(path: Path) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for key in dict.fromkeys((r.get("case_id", ""), r.get("gpu", "")) for r in rows):
         probe = next((p for p in BLOCK_PROBES if p.case_id(key[1]) == key[0]), None)
-        if probe is None:
-            continue
         group = [r for r in rows if (r["case_id"], r["gpu"]) == key and r.get("kernel_class") != "gemm_isolated"]
+        if probe is None or not group:
+            continue
         named = re.search(r"gpusim attention kernel (\w+)", group[0].get("notes") or "")
         simulated = simulated_block(probe, key[1], named.group(1) if named else "fused_async")
         for r in group:
