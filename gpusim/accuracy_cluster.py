@@ -148,6 +148,9 @@ def _training_workload(case):
         # releases 0.1-0.9): their BF16 products ran the same warp-synchronous kernels, and their FP8
         # GEMMs the native ones (a stack that runs FP8 on Hopper has those; Machine.with_warp_mma_libraries)
         items.append("tensor_instructions=warp_mma")
+        # and Transformer Engine's gradient GEMMs split their accumulator, which that cuBLASLt promoted
+        # in series with the products
+        items.append("fp8_promotion=in_series")
         return system, hw_over, "gpt2_large_train", items
     if case.case_id.startswith("neusight_gpt2_large_train_1024_gbs") and n == 4:
         system = _system_of(case)
@@ -230,7 +233,10 @@ def _training_workload(case):
                  f"parallelism.context={cp}",
                  "parallelism.zero_stage=1", f"parallelism.sequence_parallel={str(t > 1).lower()}",
                  f"parallelism.tp_comm_overlap={str(t > 1).lower()}",
-                 f"parallelism.p2p_comm_overlap={str(v > 1).lower()}"]
+                 f"parallelism.p2p_comm_overlap={str(v > 1).lower()}",
+                 # NeMo's 2024 containers ship a CUDA 12 cuBLASLt, which promotes the split FP8
+                 # accumulator of Transformer Engine's gradient GEMMs in series with the products
+                 "fp8_promotion=in_series"]
         items += _micro_batch_items(p, v, micro)
         return "dgx_h100", [("num_nodes", max(1, n // 8))], workload, items
     return None

@@ -188,3 +188,12 @@ def test_a_megatron_row_whose_batch_does_not_split_is_skipped_with_a_reason():
     case = next(c for c in load_training_cases() if c.case_id == "narayanan2021_gpt_1t_3072gpu")
     results, skipped = run_training([dataclasses.replace(case, global_batch_size=3001)])  # 6 data-parallel groups
     assert not results and len(skipped) == 1 and "layout, batch or model" in skipped[0].reason
+
+
+def test_rows_of_2023_2024_libraries_promote_the_fp8_accumulator_in_series():
+    # NeMo's 2024 containers and llm-foundry's 2023 Transformer Engine ran a CUDA 12 (or 11.8)
+    # cuBLASLt, whose split-accumulator FP8 GEMMs add the partial sums after the products
+    for case_id in ("nemo_llama2_7b_8gpu", "nemo_gpt3_175b_128gpu", "llmfoundry_mpt_3b_h100_8gpu_amp_fp8"):
+        assert "fp8_promotion=in_series" in _training_workload(_case(case_id))[3], case_id
+    machine = machine_of(load_hardware("h100_sxm5_80gb"))
+    assert not machine.fp8_promotion_in_series and machine.with_in_series_fp8_promotion().fp8_promotion_in_series

@@ -82,3 +82,21 @@ def test_any_storage_format_can_hold_the_kv_cache():
         return att.bytes_read() - att._q_bytes()
 
     assert decode_kv_read("int8") == decode_kv_read("fp8") == 2 * decode_kv_read("fp4")
+
+
+def test_gradient_gemms_split_their_accumulator_and_the_forward_one_does_not():
+    # Transformer Engine: _2X_ACC_FPROP False, _2X_ACC_DGRAD and _2X_ACC_WGRAD True
+    nodes = _by_name(training_nodes([_layer("fp8")], fusion="default", checkpointing="none", micro_batches=1,
+                                    optimizer="adamw", policy=policy("fp8")))
+    assert not nodes["fc.proj"].split_accumulator
+    assert nodes["fc.proj.dgrad"].split_accumulator and nodes["fc.proj.wgrad"].split_accumulator
+    bf16 = _by_name(training_nodes([_layer("bf16")], fusion="default", checkpointing="none", micro_batches=1,
+                                   optimizer="adamw", policy=policy("bf16")))
+    assert not any(getattr(op, "split_accumulator", False) for op in bf16.values())
+
+
+def test_only_fp8_products_split_their_accumulator():
+    import pytest
+
+    with pytest.raises(ValueError, match="split_accumulator"):
+        Matmul(m=M, n=N, k=K, dtype="bf16", split_accumulator=True)

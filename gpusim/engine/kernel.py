@@ -115,7 +115,8 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
         # one FP32 instruction per element operation: half the vector pipe's FLOP rate (FMA = 2 FLOP)
         ops_rate = (machine.vector_rate_per_unit("fp32") or 0.0) / 2.0 * issue_share / per_busiest_unit
         if ops_rate > 0:
-            compute_s += plan.vector_ops_per_cta / ops_rate
+            vector_s = plan.vector_ops_per_cta / ops_rate
+            compute_s = max(compute_s, vector_s) if plan.vector_ops_overlap_math else compute_s + vector_s
     if not plan.pipelined and plan.l2_bytes_per_cta > 0:
         # Without software pipelining a CTA's loads and its math take turns: its own math, its bytes
         # at its SM's share of L2 bandwidth, and one L2 latency per load it waits for add up. Other

@@ -130,6 +130,19 @@ class Machine:
     """Who issues one native matrix instruction: ``warp``, ``warpgroup`` or ``cta`` (see TensorCoreSpec)."""
     native_mma_stride_alignment_bytes: int | None = None
     """Stride multiple the native matrix path needs (see TensorCoreSpec); None: no requirement."""
+    fp8_promotion_in_series: bool = False
+    """True when the libraries' split-accumulator FP8 GEMMs wait for their products before adding the
+    partial sums into FP32 registers (see :meth:`with_in_series_fp8_promotion`); False: the adds
+    overlap the next products."""
+
+    def with_in_series_fp8_promotion(self) -> "Machine":
+        """The device as libraries whose split-accumulator FP8 GEMMs promote in series use it: the
+        warps issuing the products wait for them, add the partial sums on the vector pipe, then issue
+        the next ones. cuBLASLt did so into 2025 (pytorch/ao issue 2377, June 2025: fast accumulation
+        made its FP8 products 1.1-1.2x faster on the H100), while CUDA 13.0's cuBLAS overlaps the adds
+        (measurements/h200_sxm_141gb/library.csv: fast accumulation gains 2.0-2.5% at 8192x8192x2048
+        and 8192^3)."""
+        return replace(self, fp8_promotion_in_series=True)
 
     def with_warp_mma_libraries(self) -> "Machine":
         """The device as libraries built for an older architecture use it: every matrix kernel issues

@@ -86,6 +86,8 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
     machine = machine_of(hardware)
     if getattr(getattr(workload, "spec", None), "tensor_instructions", "native") == "warp_mma":
         machine = machine.with_warp_mma_libraries()
+    if getattr(getattr(workload, "spec", None), "fp8_promotion", "overlapped") == "in_series":
+        machine = machine.with_in_series_fp8_promotion()
     warnings = opening_warnings(notes, workload, machine.name, machine.calibration.fitted)
 
     # ---- memory: does it fit? ---------------------------------------------------------------

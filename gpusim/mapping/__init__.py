@@ -46,13 +46,14 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
               useful_flop: float, *, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
               b_group: int = 1, extra_c_bytes_per_element: float = 0.0, sfu_ops_per_output: float = 0.0,
               sparse: bool = False, row_strides_bytes: tuple[int, ...] = (), tile: Tile | None = None,
-              stream_k: bool = True) -> KernelPlan:
+              stream_k: bool = True, split_accumulator: bool = False) -> KernelPlan:
     """The fastest predicted tile configuration for a (batched) GEMM, or the plan of ``tile`` when the
     caller pins one (the kernel a profile shows the library ran). ``row_strides_bytes`` are the
     row strides of A, B and C in memory: on a device whose native matrix path needs aligned strides
     (Hopper's TMA-fed ``wgmma``), a GEMM with any other stride is planned and run on the
     warp-synchronous MMA path. ``stream_k`` False leaves out stream-K tails (:attr:`Tile.stream_k`),
-    for a library whose persistent scheduler hands out whole tiles only."""
+    for a library whose persistent scheduler hands out whole tiles only. ``split_accumulator``: an FP8
+    product that promotes its partial sums into FP32 registers (see :func:`gemm_plan`)."""
     if machine.matrix_rate_per_unit(dtype) is None and (
             dtype in ("fp8", "int8", "fp4") or machine.vector_rate_per_unit(dtype) is None):
         # low-precision formats exist only as tensor-core (matrix-unit) inputs
@@ -87,7 +88,8 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         if best is not None and bound >= best[0] or bound == math.inf:
             break
         plan = gemm_plan(machine, name, op_kind, m, n, k, batch, dtype, candidate, useful_flop, a_unique_fraction,
-                         b_unique_fraction, b_group, extra_c_bytes_per_element, sfu_ops_per_output)
+                         b_unique_fraction, b_group, extra_c_bytes_per_element, sfu_ops_per_output,
+                         split_accumulator)
         if plan is None:
             continue
         if sparse:
@@ -130,7 +132,8 @@ def _matmul(machine: Machine, op) -> KernelPlan:
     return best_gemm(machine, "matmul", "matmul", op.m, op.n, op.k, op.batch, op.dtype, op.flop(),
                      b_group=max(1, group), extra_c_bytes_per_element=extra, sfu_ops_per_output=sfu,
                      sparse=bool(getattr(op, "sparse", False)), row_strides_bytes=op.row_strides_bytes(),
-                     tile=Tile.parse(op.tile) if getattr(op, "tile", None) else None)
+                     tile=Tile.parse(op.tile) if getattr(op, "tile", None) else None,
+                     split_accumulator=op.split_accumulator)
 
 
 def _conv2d(machine: Machine, op) -> KernelPlan:

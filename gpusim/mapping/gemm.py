@@ -21,6 +21,20 @@ ACCUMULATOR_OVERHEAD_REGISTERS = 40
 CUTLASS sm80 kernels with 128 accumulators per thread report about 160-170 registers."""
 
 
+FP8_PROMOTION_INTERVAL_K = 128
+"""Elements of K between two promotions of an FP8 product's partial sums from the tensor cores into
+FP32 registers when the kernel splits its accumulator (cuBLASLt with ``CUBLASLT_MATMUL_DESC_FAST_ACCUM``
+off): Hopper's FP8 tensor cores keep about 14 bits of their accumulation, and 128 elements (4 WGMMA
+instructions) is the interval DeepSeek-V3's technical report (arXiv 2412.19437, section 3.3.2) names
+as the smallest that keeps the promotion affordable. Each promotion is one FP32 add per output
+element on the vector pipe."""
+
+
+def promotion_adds_per_cta(tile: Tile, k_per_cta: int) -> float:
+    """FP32 adds a CTA of a split-accumulator FP8 GEMM issues: one per output element and promotion."""
+    return float(tile.block_m * tile.block_n * math.ceil(k_per_cta / FP8_PROMOTION_INTERVAL_K))
+
+
 def output_bytes_per_element(dtype: str) -> float:
     """GEMM outputs: FP8/INT8/FP4 GEMMs write BF16/INT32-scaled-to-16-bit results, others their dtype."""
     return 2.0 if dtype in ("fp8", "int8", "fp4") else float(DTYPE_BYTES[dtype])
@@ -436,8 +450,12 @@ def shared_operand_bytes_per_cta(machine: Machine, dtype: str, tile: Tile, warps
 def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int, batch: int, dtype: str,
               tile: Tile, useful_flop: float, a_unique_fraction: float = 1.0, b_unique_fraction: float = 1.0,
               b_group: int = 1, extra_c_bytes_per_element: float = 0.0,
-              sfu_ops_per_output: float = 0.0) -> KernelPlan | None:
-    """The plan of one tile configuration, or None if it cannot run (resources, unsupported dtype)."""
+              sfu_ops_per_output: float = 0.0, split_accumulator: bool = False) -> KernelPlan | None:
+    """The plan of one tile configuration, or None if it cannot run (resources, unsupported dtype).
+    ``split_accumulator``: an FP8 product that promotes its partial sums (:data:`FP8_PROMOTION_INTERVAL_K`)
+    on a device whose matrix instruction a warpgroup issues (Hopper's wgmma); the adds run on the vector
+    pipe, overlapping the products unless the machine's libraries promote in series
+    (:meth:`Machine.with_in_series_fp8_promotion`)."""
     eb = DTYPE_BYTES[dtype]
     ob = output_bytes_per_element(dtype)
     matrix = uses_matrix_pipe(machine, dtype)
@@ -462,6 +480,9 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
     waves, llc_waves = wave_traffic(machine, m, n, k, batch, tile, eb, ob, slots, a_unique_fraction,
                                     b_unique_fraction, b_group, extra_c_bytes_per_element)
     partials = (bm * bn * 4.0 * 2) if sk > 1 else 0.0
+    # only Hopper's FP8 products (wgmma, issued by a warpgroup) are modelled as promoting, the ones
+    # whose reduced-precision sums are documented; Blackwell's tcgen05 accumulates in FP32 in tensor memory
+    promotes = split_accumulator and matrix and machine.native_mma_issuer == "warpgroup"
     l2_per_cta = tile.l2_operand_elements_per_k() * k_iters * bk * eb + bm * bn * (ob + extra_c_bytes_per_element) + partials
     flop_per_cta = 2.0 * bm * bn * k_iters * bk
     c_store = bm * bn * (ob + extra_c_bytes_per_element) + partials / 2  # C tile (and split-K partials)
@@ -479,6 +500,8 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         occupancy_limiter=limiter,
         flop_per_cta=flop_per_cta,
         sfu_ops_per_cta=sfu_ops_per_output * bm * bn,
+        vector_ops_per_cta=promotion_adds_per_cta(tile, k_iters * bk) if promotes else 0.0,
+        vector_ops_overlap_math=promotes and not machine.fp8_promotion_in_series,
         l2_bytes_per_cta=l2_per_cta,
         bytes_in_flight_per_cta=in_flight,
         wave_dram_bytes=waves,

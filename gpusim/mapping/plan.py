@@ -121,11 +121,15 @@ class KernelPlan:
     shared-memory bandwidth caps the math of small tiles (0: not modelled for this kernel)."""
     vector_ops_per_cta: float = 0.0
     """FP32 instructions per CTA (one per element operation; an FMA counts once) that the warps issuing
-    the matrix products execute between them on the vector pipe, in series with the products: the
-    online softmax of fused attention (row max, exponent FMA, row sum, packing P, rescaling O)."""
+    the matrix products execute between them on the vector pipe, in series with the products unless
+    ``vector_ops_overlap_math``: the online softmax of fused attention (row max, exponent FMA, row sum,
+    packing P, rescaling O), the partial-sum promotion of a split-accumulator FP8 GEMM."""
     sfu_overlaps_math: bool = False
     """The SFU work (softmax exponentials) overlaps the matrix products (warp-specialized kernels
     with asynchronous MMA, FlashAttention-3) instead of following them."""
+    vector_ops_overlap_math: bool = False
+    """The ``vector_ops_per_cta`` overlap the matrix products instead of following them (a split-
+    accumulator FP8 GEMM that adds one group of partial sums while the next group's products run)."""
     wave_llc_bytes: tuple[float, ...] = ()
     """Bytes of each wave that miss L2 but hit the device's memory-side cache (MI300X Infinity
     Cache); empty when none do. Not part of ``wave_dram_bytes``."""

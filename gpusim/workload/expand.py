@@ -306,18 +306,23 @@ def backward_ops(f: FwdOp, grad_accumulation: bool, fusion: str) -> list[tuple[s
             out.append(("split_grad", Elementwise(num_elements=op.batch * op.m * op.n, function="copy",
                                                   dtype=_vector_dtype(op.out_dtype))))
         out += _epilogue_backward(op.epilogue, op.batch * op.m * op.n, op.out_dtype)
-        if _fp8_weight_gemm(f):
+        fp8 = _fp8_weight_gemm(f)
+        if fp8:
             # the output gradient is quantized (and transposed) for the FP8 dgrad and wgrad GEMMs
             out.append(("fp8_grad", Elementwise(num_elements=op.batch * op.m * op.n, function="fp8_cast_transpose",
                                                 dtype=FP8_CAST_DTYPE)))
+        # Transformer Engine runs both gradient GEMMs with a split FP32 accumulator and the forward one
+        # without (transformer_engine/pytorch/module/base.py: _2X_ACC_FPROP False, _2X_ACC_DGRAD and
+        # _2X_ACC_WGRAD True); torchao's float8 training makes the same choice
         if f.input_grad:
             out.append(("dgrad", replace(op, m=op.m, n=op.k, k=op.n, transpose_b=not op.transpose_b, epilogue=(),
-                                         epilogue_aux_outputs=0, accumulate_output=False, tile=None)))
+                                         epilogue_aux_outputs=0, accumulate_output=False, tile=None,
+                                         split_accumulator=fp8)))
         if f.weight:
             shared = op.num_b_matrices == 1 and op.batch > 1
             wgrad = Matmul(m=op.k, n=op.n, k=op.m * (op.batch if shared else 1), batch=1 if shared else op.batch,
                            dtype=op.dtype, accumulate_dtype=op.accumulate_dtype, transpose_a=True,
-                           accumulate_output=grad_accumulation)
+                           accumulate_output=grad_accumulation, split_accumulator=fp8)
             # a bias in the epilogue: its gradient is reduced in the wgrad epilogue
             if "bias_add" in op.epilogue:
                 wgrad = replace(wgrad, epilogue=())

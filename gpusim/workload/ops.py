@@ -288,6 +288,9 @@ class Matmul(Op):
     ``epilogue`` lists element-wise functions fused into the output write (``bias_add``, ``gelu``,
     ``add`` for a residual, ...); ``epilogue_aux_outputs`` extra m x n outputs it writes (the
     pre-activation kept for the backward); ``accumulate_output`` means C += A @ B (C is read).
+    ``split_accumulator`` (FP8 only): the kernel adds the tensor cores' partial sums into FP32
+    registers every :data:`gpusim.mapping.gemm.FP8_PROMOTION_INTERVAL_K` elements of K, as cuBLASLt
+    does with fast accumulation off; Transformer Engine runs its dgrad and wgrad GEMMs this way.
     ``tile`` pins the kernel's tiling (a :meth:`gpusim.mapping.plan.Tile.label` such as
     ``64x64x32_s6_w4``, e.g. the kernel a profiler shows the library ran); None lets the mapper pick
     the fastest predicted one.
@@ -309,9 +312,12 @@ class Matmul(Op):
     epilogue_aux_outputs: int = 0
     accumulate_output: bool = False
     tile: str | None = None
+    split_accumulator: bool = False
 
     def __post_init__(self) -> None:
         _positive(self, "m", "n", "k", "batch")
+        if self.split_accumulator and self.dtype != "fp8":
+            raise ValueError(f"matmul: split_accumulator applies to fp8 products only (got dtype {self.dtype})")
         if self.tile is not None:
             from gpusim.mapping.plan import Tile  # imported here: the mapping package imports this module
 

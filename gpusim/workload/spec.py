@@ -92,6 +92,8 @@ class MatmulSpec(OpSpecBase):
     b_batch: Optional[Size] = None
     tile: Optional[str] = None
     """Pin the kernel's tiling, e.g. ``64x64x32_s6_w4`` (see gpusim.workload.ops.Matmul)."""
+    split_accumulator: bool = False
+    """FP8 only: promote the partial sums into FP32 every 128 elements of K (fast accumulation off)."""
 
     @model_validator(mode="after")
     def _tile_label(self) -> "MatmulSpec":
@@ -113,6 +115,8 @@ class MatmulSpec(OpSpecBase):
             raise field_error("accumulate_dtype", "int32 accumulation goes with (and only with) dtype int8")
         if acc == "fp64" and self.dtype != "fp64":
             raise field_error("accumulate_dtype", "fp64 accumulation needs dtype fp64")
+        if self.split_accumulator and self.dtype != "fp8":
+            raise field_error("split_accumulator", f"a split accumulator is for fp8 products (got dtype {self.dtype})")
         if self.b_batch is not None and self.b_batch > self.batch:
             raise field_error("b_batch", f"b_batch {self.b_batch} is larger than batch {self.batch}")
         return self
@@ -300,6 +304,10 @@ class OpsWorkloadSpec(Spec):
     ``wgmma`` as CUDA 12 cuBLAS, cuDNN and FlashAttention-3 use) or ``warp_mma`` (libraries built for
     an older architecture, e.g. PyTorch 1.x with CUDA 11.x on Hopper: warp-synchronous ``mma.sync`` at
     the device's ``warp_mma_fraction`` of the matrix rate, no thread-block clusters)."""
+    fp8_promotion: Literal["overlapped", "in_series"] = "overlapped"
+    """How the libraries' split-accumulator FP8 GEMMs (Transformer Engine's dgrad and wgrad) add their
+    partial sums into FP32 registers: ``overlapped`` with the next products (CUDA 13 cuBLAS) or
+    ``in_series`` after them (cuBLASLt into 2025; see ``Machine.with_in_series_fp8_promotion``)."""
     sources: dict[str, str] = Field(default_factory=dict)
 
 
@@ -455,6 +463,10 @@ class ModelWorkloadSpec(Spec):
     ``wgmma`` as CUDA 12 cuBLAS, cuDNN and FlashAttention-3 use) or ``warp_mma`` (libraries built for
     an older architecture, e.g. PyTorch 1.x with CUDA 11.x on Hopper: warp-synchronous ``mma.sync`` at
     the device's ``warp_mma_fraction`` of the matrix rate, no thread-block clusters)."""
+    fp8_promotion: Literal["overlapped", "in_series"] = "overlapped"
+    """How the libraries' split-accumulator FP8 GEMMs (Transformer Engine's dgrad and wgrad) add their
+    partial sums into FP32 registers: ``overlapped`` with the next products (CUDA 13 cuBLAS) or
+    ``in_series`` after them (cuBLASLt into 2025; see ``Machine.with_in_series_fp8_promotion``)."""
     prompt_len: Optional[count(le=10**8)] = None
     """Inference of language models: prompt tokens per request (default config.seq_len)."""
     prompt_logits: Literal["last", "all"] = "last"
