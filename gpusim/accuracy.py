@@ -153,13 +153,16 @@ def matmul_flop(case) -> float:
 
 def matmul_plan(case, machine: Machine):
     """The kernel plan of a matmul row: the published GEMMs multiply contiguous, untransposed tensors
-    (the op's default layout); where the source names the kernel the library ran, that kernel's tile."""
+    (the op's default layout); where the source names the kernel the library ran, that kernel's tile.
+    A ``split_accumulator`` row is an FP8 product that promotes its partial sums into FP32
+    (``torch._scaled_mm`` without fast accumulation)."""
     batch = case.batch or 1
     dtype = gpusim_dtype(case.dtype)
     strides = Matmul(m=case.m, n=case.n, k=case.k, batch=batch, dtype=dtype).row_strides_bytes()
     return best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, batch, dtype, matmul_flop(case),
                      row_strides_bytes=strides, tile=Tile.parse(case.kernel_tile) if case.kernel_tile else None,
-                     stream_k=case.library not in WHOLE_TILE_SCHEDULERS)
+                     stream_k=case.library not in WHOLE_TILE_SCHEDULERS,
+                     split_accumulator=case.variant == "split_accumulator")
 
 
 def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:

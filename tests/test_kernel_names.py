@@ -65,6 +65,11 @@ def test_hopper_names_give_warpgroups_cluster_and_stream_k(machines):
     tile = tile_of_kernel_name("nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", h100, "bf16")
     assert tile == Tile(256, 128, 64, 4, 8, cluster_n=2) and tile.label() == "256x128x64_s4_w8_cluster1x2"
     assert Tile.parse(tile.label()) == tile
+    # ``coop``: two consumer warpgroups share the tile, so a 128x128 one has 8 warps, not the 4 of
+    # gpusim's default for that size (the FP8 kernels that promote their partial sums run these)
+    assert tile_of_kernel_name("nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT", h100, "fp8") \
+        == Tile(128, 128, 128, 6, 8, cluster=2)
+    assert tile_of_kernel_name("nvjet_sm90_qqtst_128x64_128x8_1x2_h_bz_algo2_TNT", h100, "fp8").num_warps == 4
 
 
 @pytest.mark.parametrize("name", ["void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",

@@ -115,8 +115,8 @@ def test_fp8_rotations_count_one_byte_operands_and_a_bf16_output():
 def test_fp8_rows_name_the_scaled_mm_call_and_simulate(h100, tmp_path):
     from gpusim.commands.measure import execute_library
 
-    kernel = ("sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_tilesize128x256x128_warpgroupsize2x1x1_"
-              "execute_segment_k_off_kernel__5x_cublas")
+    # the promoting kernel CUDA 13.0 runs on the H200 (two accumulators per output: a 144x128 tile)
+    kernel = "nvjet_sm90_qqtst_144x128_128x6_1x2_h_bz_coopA_algo2_TNN"
 
     def runner(probes, num_warmups, num_repeats, l2_bytes, progress):
         return [L.LibraryResult(p, (2.0e-4, 1.0e-4, 3.0e-4), ((kernel, 95e-6),), num_warmups, 1) for p in probes]
@@ -129,7 +129,8 @@ def test_fp8_rows_name_the_scaled_mm_call_and_simulate(h100, tmp_path):
     assert case.case_id == "h100_sxm5_80gb_torch_fp8_e4m3_mm_8192x8192x2048"
     assert case.dtype == "fp8_e4m3" and case.measured_time_s == pytest.approx(2.0e-4)
     assert "torch._scaled_mm" in case.notes and "BF16 output" in case.notes
-    assert case.kernel_tile is not None and case.kernel_tile.startswith("256x128x128_")  # transposed
+    assert case.variant == "split_accumulator"
+    assert case.kernel_tile is not None and case.kernel_tile.startswith("128x144x128_")  # transposed
     seconds, _ = simulate_case(case, h100, load_hardware("h100_sxm5_80gb").gpu)
     # 2 x 8192^2 x 2048 FLOP cannot beat the H100's dense FP8 peak (1,979 TFLOP/s)
     assert seconds > 2 * 8192**2 * 2048 / 1979e12
@@ -222,7 +223,7 @@ def test_layout_and_accumulation_rows_say_so_and_simulate(h100, tmp_path):
                   "torch_version": "2.5", "torch_cuda_version": "12.4", "l2_bytes": 50 * 2**20}
     execute_library(probes, h100, "h100_sxm5_80gb", provenance, tmp_path, runner, 3, 1)
     tf32, fast, promoted = load_kernel_cases(tmp_path / "library.csv")
-    assert (tf32.variant, fast.variant, promoted.variant) == ("b_k_major", "fast_accum", None)
+    assert (tf32.variant, fast.variant, promoted.variant) == ("b_k_major", "fast_accum", "split_accumulator")
     assert "B the transpose of a row-major N x K matrix" in tf32.notes
     assert "fast accumulation" in fast.notes and "promoted to FP32" in promoted.notes
     device = load_hardware("h100_sxm5_80gb").gpu

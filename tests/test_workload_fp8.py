@@ -100,3 +100,17 @@ def test_only_fp8_products_split_their_accumulator():
 
     with pytest.raises(ValueError, match="split_accumulator"):
         Matmul(m=M, n=N, k=K, dtype="bf16", split_accumulator=True)
+
+
+def test_expert_gemms_split_and_activation_products_do_not():
+    # an MoE layer's expert GEMMs are FP8 weight GEMMs (te.GroupedLinear): both gradients split; a
+    # product of two activations has no FP8 weight and its second-operand gradient (dgrad_b) does not
+    experts = Matmul(m=512, n=N, k=K, batch=8, b_batch=8, dtype="fp8")
+    product = Matmul(m=M, n=N, k=K, dtype="fp8")
+    layer = Layer("moe", 0, (FwdOp("experts", experts, num_parameters=8 * K * N, weight=True, expert=True),
+                             FwdOp("product", product)), input_bytes=2.0 * M * K)
+    nodes = _by_name(training_nodes([layer], fusion="default", checkpointing="none", micro_batches=1,
+                                    optimizer="adamw", policy=policy("fp8")))
+    assert nodes["moe.experts.dgrad"].split_accumulator and nodes["moe.experts.wgrad"].split_accumulator
+    assert nodes["moe.experts.wgrad"].batch == 8
+    assert not nodes["moe.product.dgrad"].split_accumulator and not nodes["moe.product.dgrad_b"].split_accumulator

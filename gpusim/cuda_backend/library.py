@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from gpusim.engine.machine import Machine
 from gpusim.accuracy import gpusim_dtype
-from gpusim.mapping.gemm import output_bytes_per_element, tile_misfit_reason
+from gpusim.mapping.gemm import output_bytes_per_element, promotes_partial_sums, tile_misfit_reason
 from gpusim.mapping.kernel_names import tile_of_kernel_name
 from gpusim.mapping.plan import Tile
 from gpusim.measurements import KernelCase, columns
@@ -147,13 +147,14 @@ def library_rows(results: list[LibraryResult], gpu: str, provenance: dict[str, A
         tile = tile_of_kernel_name(kernel, machine, dtype) if kernel else None
         if tile is not None:
             tile = row_major_tile(tile)
-        if tile is not None and tile_misfit_reason(machine, dtype, tile) is None:
+        promotes = promotes_partial_sums(machine, dtype, probe.dtype.startswith("fp8") and not probe.fast_accum)
+        if tile is not None and tile_misfit_reason(machine, dtype, tile, promotes) is None:
             row["kernel_tile"] = tile.label()
         if probe.dtype.startswith("fp8"):
             call = ("torch._scaled_mm, E4M3 A row-major times B column-major (as cuBLASLt requires), per-tensor "
                     "scales of 1, BF16 output, " + ("fast accumulation" if probe.fast_accum
                                                     else "partial sums promoted to FP32"))
-            row["variant"] = "fast_accum" if probe.fast_accum else ""
+            row["variant"] = "fast_accum" if probe.fast_accum else "split_accumulator"
         elif probe.b_k_major:
             call = "torch.mm, A row-major, B the transpose of a row-major N x K matrix (both along K)"
             row["variant"] = "b_k_major"

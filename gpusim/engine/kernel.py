@@ -116,6 +116,8 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
         ops_rate = (machine.vector_rate_per_unit("fp32") or 0.0) / 2.0 * issue_share / per_busiest_unit
         if ops_rate > 0:
             vector_s = plan.vector_ops_per_cta / ops_rate
+            if vector_s > compute_s:
+                limiter = "vector"
             compute_s = max(compute_s, vector_s) if plan.vector_ops_overlap_math else compute_s + vector_s
     if not plan.pipelined and plan.l2_bytes_per_cta > 0:
         # Without software pipelining a CTA's loads and its math take turns: its own math, its bytes

@@ -21,7 +21,7 @@ from gpusim.engine.machine import NATIVE_ONLY_MATRIX_DTYPES, Machine
 from gpusim.errors import SimulationError
 from gpusim.mapping.attention import fused_attention_plans
 from gpusim.mapping.gemm import (STREAM_K_MIN_K_ITERATIONS, compulsory_dram_bytes, gemm_lower_bound_s, gemm_plan,
-                                 tile_candidates, tile_misfit_reason, uses_matrix_pipe)
+                                 promotes_partial_sums, tile_candidates, tile_misfit_reason, uses_matrix_pipe)
 from gpusim.mapping.plan import KernelPlan, Tile
 from gpusim.mapping.streaming import (elementwise_launch, framework_row_launch, row_launch, streaming_plan,
                                      torch_scalar_elementwise_launch, torch_scalar_instructions)
@@ -74,13 +74,14 @@ def best_gemm(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         a_unique_fraction *= 0.5 + 1.0 / (8 * eb)
     min_bytes = compulsory_dram_bytes(m, n, k, batch, dtype, a_unique_fraction, b_unique_fraction, b_group)
     speedup = machine.sparsity_speedup if sparse else 1.0
+    promotes = promotes_partial_sums(machine, dtype, split_accumulator)
     if tile is not None:
-        reason = tile_misfit_reason(machine, dtype, tile)
+        reason = tile_misfit_reason(machine, dtype, tile, promotes)
         if reason:
             raise SimulationError(f"tile {tile.label()} cannot run on {machine.name}: {reason}")
-    candidates = [tile] if tile is not None else [t for t in tile_candidates(machine, dtype, m, n, k, batch)
+    candidates = [tile] if tile is not None else [t for t in tile_candidates(machine, dtype, m, n, k, batch, promotes)
                                                   if stream_k or not t.stream_k]
-    ranked = sorted(((gemm_lower_bound_s(machine, m, n, k, batch, dtype, t, min_bytes, speedup), i, t)
+    ranked = sorted(((gemm_lower_bound_s(machine, m, n, k, batch, dtype, t, min_bytes, speedup, promotes), i, t)
                      for i, t in enumerate(candidates)),
                     key=lambda x: (x[0], x[1]))
     best: tuple[float, int, KernelPlan] | None = None

@@ -35,6 +35,14 @@ def promotion_adds_per_cta(tile: Tile, k_per_cta: int) -> float:
     return float(tile.block_m * tile.block_n * math.ceil(k_per_cta / FP8_PROMOTION_INTERVAL_K))
 
 
+def promotes_partial_sums(machine: Machine, dtype: str, split_accumulator: bool) -> bool:
+    """Whether a GEMM asked to split its accumulator does so on this device: only Hopper's FP8
+    products (wgmma, issued by a warpgroup), the ones whose reduced-precision sums are documented;
+    Blackwell's tcgen05 accumulates in FP32 in tensor memory."""
+    return (split_accumulator and dtype == "fp8" and uses_matrix_pipe(machine, dtype)
+            and machine.native_mma_issuer == "warpgroup")
+
+
 def output_bytes_per_element(dtype: str) -> float:
     """GEMM outputs: FP8/INT8/FP4 GEMMs write BF16/INT32-scaled-to-16-bit results, others their dtype."""
     return 2.0 if dtype in ("fp8", "int8", "fp4") else float(DTYPE_BYTES[dtype])
@@ -252,7 +260,8 @@ SPLIT_K_MAX_WAVES = 2
 more slices only add partial sums to reduce once every SM has work."""
 
 
-def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch: int) -> list[Tile]:
+def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch: int,
+                    promotes: bool = False) -> list[Tile]:
     """Realistic tile configurations for this device and dtype (as CUTLASS/cuBLAS enumerate).
 
     Tensor-core tiles of 128x128 and up also come in thread-block clusters where the device has
@@ -263,7 +272,13 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
     named ``..._2x2_2cta``). Per-CTA MMA also gets tile widths between 128 and 256 in steps of 16.
     Where the library's kernels are persistent, every tile without split-K also comes as a stream-K
     tail variant (:func:`stream_k_tail` says where one can run). A tile whose own output tiles cannot
-    fill the SMs also comes split along k, into up to ``SPLIT_K_MAX_WAVES`` waves of CTAs."""
+    fill the SMs also comes split along k, into up to ``SPLIT_K_MAX_WAVES`` waves of CTAs.
+
+    A GEMM that ``promotes`` its FP8 partial sums holds two accumulators per output (see
+    :func:`_cta_needs`), so 128 x 256 tiles no longer fit a thread's registers; it also gets the
+    two-warpgroup (8-warp) tiles 128 x 128, 128 x 144 and 128 x 160, the ones cuBLAS's promoting
+    FP8 kernels use on Hopper (CUDA 13.0 on our H200 runs ``nvjet_sm90_qqtst_144x128``, ``128x160``
+    and ``128x128 ... coopA``, ``measurements/h200_sxm_141gb/library.csv`` and ``block_kernels.csv``)."""
     eb = DTYPE_BYTES[dtype]
     out: list[Tile] = []
     if machine.kind == "cpu":
@@ -299,11 +314,13 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
         if m == 1:
             shapes += SIMT_GEMV_TILES
         bk_options = [8, 16]
+    shapes = [(bm, bn, default_num_warps(bm, bn, matrix)) for bm, bn in shapes]
+    if promotes and matrix:
+        shapes += [(128, bn, 8) for bn in (128, 144, 160)]
     split_options = [s for s in (2, 4, 8, 16, 32) if k // s >= 64] if k >= 256 else []
     # persistent kernels may also run their last, partial wave as a stream-K tail
     tails = (False, True) if persistent_gemm(machine, dtype) else (False,)
-    for bm, bn in shapes:
-        warps = default_num_warps(bm, bn, matrix)
+    for bm, bn, warps in shapes:
         # split-K (serial reduction of FP32 partials) when this tile's output alone cannot fill the SMs,
         # into at most SPLIT_K_MAX_WAVES waves of CTAs
         tiles = batch * math.ceil(m / bm) * math.ceil(n / bn)
@@ -324,31 +341,35 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
     return out
 
 
-def _resources(machine: Machine, dtype: str, tile: Tile) -> tuple[int, int, int, float, int, str] | None:
+def _resources(machine: Machine, dtype: str, tile: Tile, promotes: bool = False
+               ) -> tuple[int, int, int, float, int, str] | None:
     """(threads, registers per thread, shared bytes, bytes in flight, CTAs per unit, occupancy limiter)
     of a tile's CTA, or None if it does not fit."""
-    threads, registers, shared, in_flight, per_unit, limiter = _cta_needs(machine, dtype, tile)
+    threads, registers, shared, in_flight, per_unit, limiter = _cta_needs(machine, dtype, tile, promotes)
     if per_unit == 0 or in_flight <= 0:
         return None
     return threads, registers, shared, in_flight, per_unit, limiter
 
 
-def tile_misfit_reason(machine: Machine, dtype: str, tile: Tile) -> str | None:
+def tile_misfit_reason(machine: Machine, dtype: str, tile: Tile, promotes: bool = False) -> str | None:
     """Why a tile cannot run on this device (None when it can): the CTA's threads, registers or
     shared memory exceed what one SM holds, or its cluster exceeds the device's."""
     if tile.cluster * tile.cluster_n > machine.max_cluster_size:
         return (f"a cluster of {tile.cluster * tile.cluster_n} CTAs; {machine.name} forms clusters of at most "
                 f"{machine.max_cluster_size}")
-    threads, registers, shared, _, per_unit, limiter = _cta_needs(machine, dtype, tile)
+    threads, registers, shared, _, per_unit, limiter = _cta_needs(machine, dtype, tile, promotes)
     if per_unit == 0:
         return (f"its CTA ({threads} threads, {registers} registers per thread, {shared} bytes of shared memory) "
                 f"exceeds the SM's {limiter.replace('_', ' ')}")
     return None
 
 
-def _cta_needs(machine: Machine, dtype: str, tile: Tile) -> tuple[int, int, int, float, int, str]:
+def _cta_needs(machine: Machine, dtype: str, tile: Tile, promotes: bool = False
+               ) -> tuple[int, int, int, float, int, str]:
     """(threads, registers per thread, shared bytes, bytes in flight, CTAs per unit, occupancy limiter)
-    of a tile's CTA; 0 CTAs per unit when it does not fit."""
+    of a tile's CTA; 0 CTAs per unit when it does not fit. A CTA that ``promotes`` its FP8 partial
+    sums holds two accumulators per output element (the tensor cores' and the FP32 one they are added
+    into, as CUTLASS's FP8 accumulation does)."""
     eb = DTYPE_BYTES[dtype]
     bm, bn, bk = tile.block_m, tile.block_n, tile.block_k
     shared = int(tile.num_stages * (bm + bn) * bk * eb)
@@ -357,7 +378,7 @@ def _cta_needs(machine: Machine, dtype: str, tile: Tile) -> tuple[int, int, int,
         in_flight = machine.max_bytes_in_flight_per_unit or 0.0
     else:
         threads = tile.num_warps * machine.warp_size
-        acc_words = bm * bn * (2 if dtype == "fp64" else 1)
+        acc_words = bm * bn * (2 if dtype == "fp64" or promotes else 1)
         registers = math.ceil(acc_words / threads) + ACCUMULATOR_OVERHEAD_REGISTERS
         in_flight = max(1, tile.num_stages - 1) * (bm + bn) * bk * eb
     per_unit, limiter = ctas_per_unit(machine, threads, registers, shared)
@@ -374,12 +395,12 @@ def compulsory_dram_bytes(m: int, n: int, k: int, batch: int, dtype: str, a_uniq
 
 
 def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dtype: str, tile: Tile,
-                       min_dram_bytes: float, math_speedup: float = 1.0) -> float:
+                       min_dram_bytes: float, math_speedup: float = 1.0, promotes: bool = False) -> float:
     """A cheap bound no simulation of this tile can beat: every wave's pipeline fill, its CTAs' math
     at the SM's rate and its epilogue drain (a persistent kernel's first fill and last drain only),
     or the operands' DRAM bytes at full bandwidth. It orders the candidates
     and stops the search once no remaining tile can win."""
-    resources = _resources(machine, dtype, tile)
+    resources = _resources(machine, dtype, tile, promotes)
     rate = machine.matrix_rate_per_unit(dtype) if uses_matrix_pipe(machine, dtype) else machine.simt_gemm_rate_per_unit(dtype)
     if resources is None or not rate:
         return math.inf
@@ -463,7 +484,8 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         return None
     bm, bn, bk, sk = tile.block_m, tile.block_n, tile.block_k, tile.split_k
     k_iters = max(1, math.ceil(math.ceil(k / sk) / bk))
-    resources = _resources(machine, dtype, tile)
+    promotes = promotes_partial_sums(machine, dtype, split_accumulator)
+    resources = _resources(machine, dtype, tile, promotes)
     if resources is None:
         return None
     threads, registers, shared, in_flight, per_unit, limiter = resources
@@ -480,15 +502,12 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
     waves, llc_waves = wave_traffic(machine, m, n, k, batch, tile, eb, ob, slots, a_unique_fraction,
                                     b_unique_fraction, b_group, extra_c_bytes_per_element)
     partials = (bm * bn * 4.0 * 2) if sk > 1 else 0.0
-    # only Hopper's FP8 products (wgmma, issued by a warpgroup) are modelled as promoting, the ones
-    # whose reduced-precision sums are documented; Blackwell's tcgen05 accumulates in FP32 in tensor memory
-    promotes = split_accumulator and matrix and machine.native_mma_issuer == "warpgroup"
     l2_per_cta = tile.l2_operand_elements_per_k() * k_iters * bk * eb + bm * bn * (ob + extra_c_bytes_per_element) + partials
     flop_per_cta = 2.0 * bm * bn * k_iters * bk
     c_store = bm * bn * (ob + extra_c_bytes_per_element) + partials / 2  # C tile (and split-K partials)
     shared_operand = shared_operand_bytes_per_cta(machine, dtype, tile, math.ceil(threads / machine.warp_size), k_iters)
     return KernelPlan(
-        name=f"{name}[{tile.label()}]",
+        name=f"{name}[{tile.label()}]" + ("[split_acc]" if promotes else ""),
         op_kind=op_kind,
         pipe="matrix" if matrix else "vector",
         dtype=dtype,

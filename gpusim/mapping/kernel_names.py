@@ -15,7 +15,7 @@ would pick. The formats read (examples in ``tests/test_kernel_names.py``):
   ``cluster2x1x1``) and Ampere's ``sm80_xmma_gemm_..._tilesize128x128x32_stage3_warpsize2x2x1_...``
   (stages and a grid of warps).
 * cuBLAS 12.8+ ``nvjet`` kernels: ``nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNT``: M x N, k-step x
-  stages, cluster M x N.
+  stages, cluster M x N; ``coop`` (the cooperative schedule) = two consumer warpgroups, 8 warps.
 
 What a name leaves out is filled in by gpusim's own rules, so the tile is one gpusim's search could
 have produced: warps as :func:`gpusim.mapping.gemm.default_num_warps` gives them, CUDA-core tiles
@@ -64,7 +64,9 @@ def tile_of_kernel_name(name: str, machine: Machine, dtype: str) -> Tile | None:
         return Tile(bm, bn, bk, stages, default_num_warps(bm, bn, matrix=not simt))
     if (m := _NVJET.search(text)) is not None:
         bm, bn, bk, stages, cluster_m, cluster_n = (int(g) for g in m.groups())
-        return Tile(bm, bn, bk, stages, default_num_warps(bm, bn, matrix=True), cluster=cluster_m, cluster_n=cluster_n)
+        # ``coop``: the cooperative schedule, two consumer warpgroups sharing the tile (8 warps)
+        warps = 8 if "_coop" in text else default_num_warps(bm, bn, matrix=True)
+        return Tile(bm, bn, bk, stages, warps, cluster=cluster_m, cluster_n=cluster_n)
     if (m := _SM90.search(text)) is not None:
         bm, bn, bk = (int(g) for g in m.groups())
         groups, warp_grid = _SM90_WARPGROUPS.search(text), _XMMA_WARPS.search(text)
