@@ -153,6 +153,20 @@ def test_overrides_change_the_model():
     assert any(isinstance(n.op, Matmul) and n.op.dtype == "fp8" for n in w.graph.nodes)
 
 
+def test_fp8_keeps_the_head_and_the_router_in_bf16():
+    # Megatron-LM/NeMo's output layer and MoE router are not Transformer Engine FP8 modules: no casts,
+    # BF16 products in both directions; the experts and the blocks' linear layers are FP8
+    w = load_workload("mixtral_8x7b_inference", ["config.num_layers=1", "precision=fp8"])
+    ops = {n.name.rsplit(".", 1)[-1]: n.op for n in w.graph.nodes if n.phase == "prefill"}
+    assert ops["logits"].dtype == ops["router"].dtype == "bf16"
+    assert ops["experts_up"].dtype == ops["qkv"].dtype == "fp8"
+    assert not any(n.name.endswith(("logits_fp8_input", "router_fp8_input")) for n in w.graph.nodes)
+    train = load_workload("gpt3_175b_train", ["config.num_layers=1", "batch_size=1", "precision=fp8"])
+    head = [n.op for n in train.graph.nodes if ".logits" in n.name and isinstance(n.op, Matmul)]
+    assert len(head) == 3 and {op.dtype for op in head} == {"bf16"}  # forward, dgrad, wgrad
+    assert not any(op.split_accumulator for op in head)
+
+
 def test_moe_routes_top_k_tokens_to_experts():
     w = load_workload("mixtral_8x7b_inference")
     ups = [n.op for n in w.graph.nodes if n.name.endswith("experts_up") and n.phase == "prefill"]

@@ -6,7 +6,8 @@
   and FP32 optimizer states (Micikevicius et al. 2018, "Mixed Precision Training").
 * ``fp8``: FP8 GEMM inputs with BF16 outputs and BF16 everything else, as NVIDIA Transformer Engine
   does; training keeps BF16 working weights plus FP32 master weights; inference stores FP8 weights.
-  Attention runs in BF16 (FlashAttention-2). Each FP8 linear layer pays its quantization kernels
+  Attention runs in BF16 (FlashAttention-2), and so do the output head and an MoE router
+  (:attr:`PrecisionPolicy.unquantized_matmul_dtype`). Each FP8 linear layer pays its quantization kernels
   (input, weight and output-gradient casts, as ``te.Linear``; see gpusim.workload.expand).
 """
 
@@ -31,6 +32,14 @@ class PrecisionPolicy:
     grad_dtype: str
     master_weights: bool
     """Training keeps an FP32 master copy of the weights (mixed precision)."""
+
+    @property
+    def unquantized_matmul_dtype(self) -> str:
+        """GEMMs an FP8 recipe leaves in 16 bits: the output head (logits) and an MoE router. Megatron-LM
+        and NeMo build them as plain BF16 layers, not Transformer Engine FP8 modules (``output_layer``
+        is a ``ColumnParallelLinear``), llm-foundry's tied head multiplies by the BF16 embedding, and
+        TensorRT Model Optimizer's FP8 recipes leave ``*lm_head*`` and ``*router*`` unquantized."""
+        return "bf16" if self.matmul_dtype == "fp8" else self.matmul_dtype
 
     def weight_bytes_dtype(self, training: bool) -> str:
         return self.weight_dtype if training else self.inference_weight_dtype

@@ -159,8 +159,10 @@ def resolve(family: str, cfg: TransformerConfig) -> Resolved:
 class _Ops:
     """Collects a layer's forward ops."""
 
-    def __init__(self, r: Resolved, policy: PrecisionPolicy, tokens: int, training: bool) -> None:
-        self.r, self.p, self.t, self.training = r, policy, tokens, training
+    def __init__(self, r: Resolved, policy: PrecisionPolicy, tokens: int, training: bool,
+                 quantized: bool = True) -> None:
+        """``quantized`` False: the linear layers stay in 16 bits under FP8 (the model's head)."""
+        self.r, self.p, self.t, self.training, self.quantized = r, policy, tokens, training, quantized
         self.ops: list[FwdOp] = []
 
     def add(self, *a, **k) -> None:
@@ -173,9 +175,13 @@ class _Ops:
                  num_parameters=(2 if r.norm == "layernorm" else 1) * r.hidden_size)
 
     def linear(self, name: str, n: int, k: int, *, bias: bool, rows: int | None = None, params: bool = True,
-               input_grad: bool = True, split_output: bool = False) -> None:
+               input_grad: bool = True, split_output: bool = False, quantized: bool | None = None) -> None:
+        """A linear layer; ``quantized`` False (or the collector's) keeps it in 16 bits under FP8
+        (:attr:`PrecisionPolicy.unquantized_matmul_dtype`)."""
         m = rows or self.t
-        self.add(name, Matmul(m=m, n=n, k=k, dtype=self.p.matmul_dtype), num_parameters=k * n if params else 0,
+        quantized = self.quantized if quantized is None else quantized
+        dtype = self.p.matmul_dtype if quantized else self.p.unquantized_matmul_dtype
+        self.add(name, Matmul(m=m, n=n, k=k, dtype=dtype), num_parameters=k * n if params else 0,
                  weight=True, input_grad=input_grad, split_output=split_output)
         if bias:
             self.add(f"{name}_bias", Elementwise(num_elements=m * n, function="bias_add",
@@ -231,7 +237,7 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
     up = 2 * ffn if r.gated else ffn
     if r.num_experts > 1:
         E, k = r.num_experts, r.top_k
-        o.linear("router", E, h, bias=False)
+        o.linear("router", E, h, bias=False, quantized=False)
         o.add("router_softmax", Softmax(rows=T, cols=E, dtype=p.activation_dtype))
         routed = T * k
         o.add("dispatch", Copy(num_bytes=routed * h * dtype_bytes(p.activation_dtype), dtype=p.activation_dtype))
@@ -329,7 +335,7 @@ def embedding_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, tr
 def head_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, training: bool,
              logits_tokens: int) -> tuple[FwdOp, ...]:
     h, V, T = r.hidden_size, r.vocab_size, batch * seq_q
-    o = _Ops(r, p, T, training)
+    o = _Ops(r, p, T, training, quantized=False)
     if r.norm_position == "pre":
         o.norm("final_norm", rows=logits_tokens)
     if r.head == "classifier":
