@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from gpusim.accuracy import CaseResult, Skipped
 from gpusim.config.library import load_hardware
@@ -315,7 +315,7 @@ def _time_without_optimizer(result) -> float:
     return result.total_time_s - sum(k.time_s + k.launch_gap_s for k in result.kernels if k.phase == "optimizer")
 
 
-def _single_gpu_case(case) -> CaseResult | Skipped:
+def _single_gpu_case(case, workload_items: Sequence[str] = ()) -> CaseResult | Skipped:
     from gpusim.engine.simulate import simulate
     from gpusim.workload import load_workload
 
@@ -326,14 +326,14 @@ def _single_gpu_case(case) -> CaseResult | Skipped:
         return Skipped(case.case_id, case.gpu, f"metric {case.metric} not simulated")
     hardware, name, items = built
     try:
-        result = simulate(load_hardware(hardware), load_workload(name, items))
+        result = simulate(load_hardware(hardware), load_workload(name, [*items, *workload_items]))
     except Exception as exc:  # reported, not hidden
         return Skipped(case.case_id, case.gpu, f"cannot simulate: {exc}")
     return CaseResult(case.case_id, case.gpu, case.mode, case.metric, case.measured_value,
                       _time_without_optimizer(result), None, case.source, "1 GPU, eager")
 
 
-def _inference_case(case) -> CaseResult | Skipped:
+def _inference_case(case, workload_items: Sequence[str] = ()) -> CaseResult | Skipped:
     from gpusim.engine.cluster import simulate_system
     from gpusim.engine.simulate import simulate
     from gpusim.workload import load_workload
@@ -345,7 +345,7 @@ def _inference_case(case) -> CaseResult | Skipped:
     hardware, hw_over, name, items, launch, counted = built
     try:
         hw = load_hardware(hardware, hw_over)
-        wl = load_workload(name, items)
+        wl = load_workload(name, [*items, *workload_items])
         run = simulate_system if hw.kind == "system" else simulate
         r = run(hw, wl, launch_mode=launch)
     except Exception as exc:  # reported, not hidden
@@ -376,7 +376,11 @@ def source_group(result: CaseResult) -> str:
     return reference_of(result.source) + (", 1 GPU" if result.note.startswith("1 GPU") else "")
 
 
-def run_training(cases: Iterable, include_excluded: bool = False) -> tuple[list[CaseResult], list[Skipped]]:
+def run_training(cases: Iterable, include_excluded: bool = False,
+                 workload_items: Sequence[str] = ()) -> tuple[list[CaseResult], list[Skipped]]:
+    """Simulate every training and serving case. ``workload_items`` (``KEY=VALUE``) are applied to
+    every case's workload after the row's own settings: what the error would be had every run used
+    them (e.g. ``fp8_promotion=overlapped``)."""
     from gpusim.engine.cluster import simulate_system
     from gpusim.workload import load_workload
 
@@ -386,11 +390,11 @@ def run_training(cases: Iterable, include_excluded: bool = False) -> tuple[list[
             skipped.append(Skipped(case.case_id, case.gpu, "excluded by the dataset"))
             continue
         if case.mode in INFERENCE_MODES:
-            outcome = _inference_case(case)
+            outcome = _inference_case(case, workload_items)
             (skipped if isinstance(outcome, Skipped) else results).append(outcome)
             continue
         if (case.num_gpus or 1) <= 1:
-            outcome = _single_gpu_case(case)
+            outcome = _single_gpu_case(case, workload_items)
             (skipped if isinstance(outcome, Skipped) else results).append(outcome)
             continue
         built = _training_workload(case)
@@ -401,7 +405,7 @@ def run_training(cases: Iterable, include_excluded: bool = False) -> tuple[list[
         system, hw_over, name, items = built
         try:
             hw = load_hardware(system, hw_over)
-            wl = load_workload(name, items)
+            wl = load_workload(name, [*items, *workload_items])
             r = simulate_system(hw, wl)
         except Exception as exc:  # reported, not hidden
             skipped.append(Skipped(case.case_id, case.gpu, f"cannot simulate: {exc}"))

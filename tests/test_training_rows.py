@@ -197,3 +197,14 @@ def test_rows_of_2023_2024_libraries_promote_the_fp8_accumulator_in_series():
         assert "fp8_promotion=in_series" in _training_workload(_case(case_id))[3], case_id
     machine = machine_of(load_hardware("h100_sxm5_80gb"))
     assert not machine.fp8_promotion_in_series and machine.with_in_series_fp8_promotion().fp8_promotion_in_series
+
+
+def test_a_workload_setting_applies_to_every_row_after_its_own():
+    # the rows' in-series promotion overridden: the same run with CUDA 13's overlapped adds is faster
+    case = _case("nemo_llama2_7b_8gpu")
+    (recorded,), _ = run_training([case])
+    (overlapped,), _ = run_training([case], workload_items=("fp8_promotion=overlapped",))
+    assert case.metric.startswith("tokens_per_s")
+    assert overlapped.simulated > recorded.simulated
+    results, skipped = run_training([case], workload_items=("no_such_key=1",))
+    assert not results and "no_such_key" in skipped[0].reason

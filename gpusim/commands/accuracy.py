@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ignore-kernel-tile", action="store_true",
                    help="let gpusim choose every GEMM's tile, also where a row names the tile of the kernel its "
                         "library ran (the kernel_tile column): the error of gpusim's own tile choice")
+    p.add_argument("--workload-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="training and heldout suites: apply this workload setting to every training and serving case after its row's "
+                        "own (repeatable), e.g. fp8_promotion=overlapped: the error had every run used it")
     p.add_argument("--gpu", action="append", default=[], help="only these hardware stems")
     p.add_argument("--op", action="append", default=[], help="only these op kinds (matmul, stream, ...)")
     p.add_argument("--cases", action="store_true", help="print every case, not only the worst")
@@ -121,6 +124,12 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
                           f"is read by --suite kernels, not --suite {asked}")
     if getattr(args, "training_measurements", None) and asked not in ("all", "training"):
         raise ConfigError("--training-measurements", args.training_measurements, f"is not read by --suite {asked}")
+    workload_set = getattr(args, "workload_set", [])
+    if workload_set and asked not in ("training", "heldout"):
+        raise ConfigError("--workload-set", workload_set[0], f"is read by --suite training and heldout, not --suite {asked}")
+    for item in workload_set:
+        if "=" not in item:
+            raise ConfigError("--workload-set", item, "expected KEY=VALUE")
     # outputs are checked before the (sometimes long) simulation
     if args.plot:
         check_figure_path("--plot", args.plot)
@@ -154,7 +163,8 @@ def _heldout_suite(args: argparse.Namespace) -> int:
     rows = []
     for kind, path in heldout_files():
         if kind == "training":
-            results, skipped = run_training(load_training_cases(path), args.include_excluded)
+            results, skipped = run_training(load_training_cases(path), args.include_excluded,
+                                            args.workload_set)
         else:
             cases, plans = _load_cases([str(path)], getattr(args, "ignore_kernel_tile", False))
             if args.gpu:
@@ -233,7 +243,8 @@ def _run_cluster_suite(args: argparse.Namespace, suite: str):
 
     if suite == "communication":
         return run_communication(load_communication_cases(), args.include_excluded)
-    return run_training(load_training_cases(getattr(args, "training_measurements", None)), args.include_excluded)
+    return run_training(load_training_cases(getattr(args, "training_measurements", None)), args.include_excluded,
+                        getattr(args, "workload_set", ()))
 
 
 def _cluster_json(out: dict) -> dict:
