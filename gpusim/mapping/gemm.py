@@ -24,10 +24,12 @@ CUTLASS sm80 kernels with 128 accumulators per thread report about 160-170 regis
 FP8_PROMOTION_INTERVAL_K = 128
 """Elements of K between two promotions of an FP8 product's partial sums from the tensor cores into
 FP32 registers when the kernel splits its accumulator (cuBLASLt with ``CUBLASLT_MATMUL_DESC_FAST_ACCUM``
-off): Hopper's FP8 tensor cores keep about 14 bits of their accumulation, and 128 elements (4 WGMMA
-instructions) is the interval DeepSeek-V3's technical report (arXiv 2412.19437, section 3.3.2) names
-as the smallest that keeps the promotion affordable. Each promotion is one FP32 add per output
-element on the vector pipe."""
+off): Hopper's FP8 tensor cores keep about 14 bits of their accumulation, and 128 elements is 4 WGMMA
+instructions of K = 32, CUTLASS's default ``mma_promotion_interval`` (the ``Arguments`` of its sm90
+FP8 mainloops) and the interval DeepSeek-V3's technical report (arXiv 2412.19437, section 3.3.2)
+names as the smallest that keeps the promotion affordable. Each promotion is one FP32 add per output
+element on the vector pipe, at its calibrated rate (``vector_efficiency_fraction``, fitted on SIMT
+GEMMs: the pipe's sustained issue rate)."""
 
 
 def promotion_adds_per_cta(tile: Tile, k_per_cta: int) -> float:
