@@ -474,8 +474,12 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
     else:
 
         def serving_footprint(stage: int, held: Sequence) -> MemoryFootprint:
-            weights, grads, optim = model_states(sum(layer.num_parameters() for layer in held), training=False,
-                                                 weight_bytes=dtype_bytes(p.inference_weight_dtype),
+            # every weight in the dtype its op reads it in: an FP8 model's GEMM weights in one byte,
+            # its BF16 head, embeddings and norms in two
+            params = sum(layer.num_parameters() for layer in held)
+            stored = sum(f.num_parameters * dtype_bytes(f.op.dtype) for layer in held for f in layer.ops)
+            weights, grads, optim = model_states(params, training=False,
+                                                 weight_bytes=stored / params if params else 0.0,
                                                  grad_bytes=0, optimizer_state_bytes=0, tensor=par.tensor)
             activations = inference_activation_bytes(held, spec.fusion) / par.tensor
             return MemoryFootprint(weights, grads, optim, activations, kv_bytes, workspace_of(held),
