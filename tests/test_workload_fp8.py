@@ -1,6 +1,11 @@
 """FP8 linear layers pay their Transformer Engine quantization kernels (te.Linear), derived by hand."""
 
-from gpusim.workload.expand import forward_nodes, training_nodes
+import dataclasses
+
+import pytest
+
+from gpusim.workload import load_workload
+from gpusim.workload.expand import forward_nodes, once_per_step, training_nodes
 from gpusim.workload.layers import FwdOp, Layer
 from gpusim.workload.ops import Matmul
 from gpusim.workload.precision import policy
@@ -114,3 +119,75 @@ def test_expert_gemms_split_and_activation_products_do_not():
     assert nodes["moe.experts.dgrad"].split_accumulator and nodes["moe.experts.wgrad"].split_accumulator
     assert nodes["moe.experts.wgrad"].batch == 8
     assert not nodes["moe.product.dgrad"].split_accumulator and not nodes["moe.product.dgrad_b"].split_accumulator
+
+
+def test_weights_cast_once_per_step_when_the_copies_are_kept():
+    # Megatron-LM/NeMo pass Transformer Engine is_first_microbatch: the weight's FP8 copies are made in
+    # the first of 4 micro-batches and kept; the input and gradient casts run in every micro-batch, and
+    # a recomputed forward does not cast the weight again
+    def nodes(per_step: bool, checkpointing: str = "none"):
+        layer = dataclasses.replace(_layer("fp8"), checkpointable=True)
+        return {n.name: n for n in training_nodes([layer], fusion="default", checkpointing=checkpointing,
+                                                  micro_batches=4, optimizer="adamw", policy=policy("fp8"),
+                                                  fp8_weights_per_step=per_step)}
+
+    kept, every = nodes(True), nodes(False)
+    assert kept["fc.proj_fp8_weight"].repeat == 1 and every["fc.proj_fp8_weight"].repeat == 4
+    assert kept["fc.proj_fp8_input"].repeat == kept["fc.proj.fp8_grad"].repeat == 4
+    assert once_per_step(kept["fc.proj_fp8_weight"], 4) and not once_per_step(every["fc.proj_fp8_weight"], 4)
+    assert not any(once_per_step(n, 4) for n in every.values())
+    recomputed = nodes(True, "full")
+    assert "fc.proj_fp8_input.recompute" in recomputed and "fc.proj_fp8_weight.recompute" not in recomputed
+    assert "fc.proj_fp8_weight.recompute" in nodes(False, "full")
+
+
+def test_fp8_weight_cast_auto_is_per_microbatch_only_under_zero3():
+    # FSDP/ZeRO-3 gathers the weights again for every micro-batch, so their casts run again too
+    def spec(*items):
+        return load_workload("llama2_7b_train", ["precision=fp8", *items]).spec
+
+    assert spec().fp8_weights_per_step
+    assert not spec("parallelism.zero_stage=3").fp8_weights_per_step
+    assert spec("parallelism.zero_stage=3", "fp8_weight_cast=per_step").fp8_weights_per_step
+    assert not spec("fp8_weight_cast=per_microbatch").fp8_weights_per_step
+
+
+def test_a_step_saves_the_repeated_weight_casts_of_its_later_micro_batches():
+    # 4 micro-batches on one GPU: casting the weights once saves 3 x the casts' time, nothing else
+    from gpusim.config.library import load_hardware
+    from gpusim.engine.simulate import simulate
+
+    h100 = load_hardware("h100_sxm5_80gb")
+    items = ["precision=fp8", "config.num_layers=2", "batch_size=1", "config.seq_len=1024",
+             "gradient_accumulation_steps=4"]
+    kept = simulate(h100, load_workload("llama2_7b_train", items + ["fp8_weight_cast=per_step"]))
+    every = simulate(h100, load_workload("llama2_7b_train", items + ["fp8_weight_cast=per_microbatch"]))
+    casts = [k for k in kept.kernels if k.node.endswith("_fp8_weight")]
+    assert len(casts) == 2 * 4  # two layers, four projections each (QKV, output, gate-and-up, down)
+    assert all(k.repeat == 1 for k in casts)
+    one_pass_s = sum(k.time_s + k.launch_gap_s for k in casts)  # each cast with its launch
+    assert every.total_time_s - kept.total_time_s == pytest.approx(3 * one_pass_s, rel=0.02)
+
+
+def test_the_cluster_engine_casts_the_weights_in_the_first_micro_batch_only():
+    # 8 data-parallel GPUs save what one GPU saves (3 of 4 micro-batches' casts); 2 pipeline stages of
+    # one layer each save half of it on each stage, side by side
+    from gpusim.config.library import load_hardware
+    from gpusim.engine.cluster import simulate_system
+    from gpusim.engine.simulate import simulate
+
+    items = ["precision=fp8", "config.num_layers=2", "batch_size=1", "config.seq_len=1024",
+             "gradient_accumulation_steps=4"]
+
+    def saved_s(layout: list[str] | None) -> float:
+        times = []
+        for mode in ("per_step", "per_microbatch"):
+            w = load_workload("llama2_7b_train", items + [f"fp8_weight_cast={mode}"] + (layout or []))
+            times.append(simulate(load_hardware("h100_sxm5_80gb"), w).total_time_s if layout is None
+                         else simulate_system(load_hardware("dgx_h100"), w).step_time_s)
+        return times[1] - times[0]
+
+    one_gpu = saved_s(None)
+    assert one_gpu > 0
+    assert saved_s(["parallelism.data=8"]) == pytest.approx(one_gpu, rel=0.01)
+    assert saved_s(["parallelism.data=4", "parallelism.pipeline=2"]) == pytest.approx(one_gpu / 2, rel=0.02)

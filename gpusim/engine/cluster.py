@@ -126,6 +126,9 @@ class ChunkModel:
     """The same for the backward, in the backward's order."""
     layer_names: tuple[str, ...] = ()
     """The layers' names in the forward's order, for the trace. Empty: ``layer 0``, ``layer 1``..."""
+    first_forward_s: float = 0.0
+    """Compute the first micro-batch's forward runs before its layers, once per step: the chunk's FP8
+    weight casts where the copies are kept for the other micro-batches."""
 
     def __post_init__(self):
         n = self.num_layers
@@ -565,6 +568,8 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             reduce_grads = (kind == "B" and idx == last_b.get(c) and lp.dp_plan is not None and lp.zero_stage < 3
                             and ch.grad_bytes > 0)
             name = f"{kind}{i}" + (f".{c}" if v > 1 else "")
+            if kind == "F" and i == 0 and ch.first_forward_s > 0:
+                yield from compute_for(s, ch.first_forward_s)
             yield from run_pass(s, kind, c, passes[s][c][kind], reduce_grads, name)
             if record_spans:
                 spans.append(Span(stage_track(s, "compute"), name, start, env.now,
@@ -700,7 +705,7 @@ def _simulate_ops(hardware, workload, launch_mode, record_spans, notes) -> Simul
 
 
 def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> SimulationResult:
-    from gpusim.workload.expand import lower_layer, training_nodes
+    from gpusim.workload.expand import lower_layer, once_per_step, training_nodes
     from gpusim.workload.models import transformer as T
     from gpusim.workload.ops import Matmul, dtype_bytes
     from gpusim.workload.precision import policy as precision_policy
@@ -778,15 +783,23 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         unit_tensor_ops: dict[str, tuple[str, ...]] = {}
         unit_kernels: dict[str, Any] = {}
         unit_norm_s: dict[str, float] = {}
+        unit_first_s: dict[str, float] = {}
+        """Compute a unit adds to the first micro-batch's forward (see ``ChunkModel.first_forward_s``)."""
         # the share of a unit's optimizer work each GPU does: ZeRO shards the dense weights' over the
         # data- and context-parallel GPUs, the experts' over the data-parallel GPUs holding the same experts
         unit_shard: dict[str, float] = {}
         for key, layer in units.items():
             nodes = training_nodes([layer], fusion=spec.fusion, checkpointing=spec.activation_checkpointing,
                                    micro_batches=m, optimizer=spec.optimizer_name, policy=pol,
-                                   clip_gradients=spec.gradient_clipping)
-            nodes = [dataclasses.replace(n, repeat=1) if n.phase != "optimizer" else n for n in nodes]
+                                   clip_gradients=spec.gradient_clipping,
+                                   fp8_weights_per_step=spec.fp8_weights_per_step)
+            # what runs in the first micro-batch only (FP8 weight casts kept for the others) is timed apart
+            first_only = [n for n in nodes if once_per_step(n, m)]
+            nodes = [dataclasses.replace(n, repeat=1) if n.phase != "optimizer" else n for n in nodes
+                     if not once_per_step(n, m)]
             unit_times[key], res = _phase_times(hardware, nodes, f"{workload.name}.{key}", spec, launch_mode)
+            unit_first_s[key] = (_phase_times(hardware, first_only, f"{workload.name}.{key}.first", spec,
+                                              launch_mode)[0].get("forward", 0.0) if first_only else 0.0)
             unit_params[key] = float(layer.num_parameters())
             # the unit's weight tensors, last first: the backward finishes their gradients in that order
             # (as its kernels hold them: a bias fused into its GEMM's epilogue is finished with it)
@@ -981,6 +994,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                 backward_layer_s = tuple(backward_s(u) for u in back)
                 chunks.append(ChunkModel(
                     sum(forward_layer_s), sum(backward_layer_s), len(units),
+                    first_forward_s=sum(unit_first_s[u] for u in units),
                     layer_names=tuple(names),
                     layer_comm_forward=tuple(tuple(unit_comm[u][0]) for u in units),
                     layer_comm_backward=tuple(tuple(unit_comm[u][1]) for u in back),

@@ -140,7 +140,8 @@ def _with_fp8_casts(ops: tuple[FwdOp, ...], training: bool) -> tuple[FwdOp, ...]
             if training:
                 out.append(FwdOp(f"{f.name}_fp8_weight", Elementwise(num_elements=op.num_b_matrices * op.k * op.n,
                                                                       function=function, dtype=FP8_CAST_DTYPE),
-                                 input_grad=False, saved_bytes=0.0, recompute_group=f.recompute_group))
+                                 input_grad=False, saved_bytes=0.0, recompute_group=f.recompute_group,
+                                 weight_cast=True))
         out.append(f)
     return tuple(out)
 
@@ -410,20 +411,27 @@ class BackwardCache:
 
 
 def training_nodes(layers: Sequence[Layer], *, fusion: str, checkpointing: str, micro_batches: int,
-                   optimizer: str, policy: PrecisionPolicy, clip_gradients: bool = False) -> list[OpNode]:
+                   optimizer: str, policy: PrecisionPolicy, clip_gradients: bool = False,
+                   fp8_weights_per_step: bool = False) -> list[OpNode]:
     """Forward, recompute, backward and optimizer nodes of one training step (in order). With
     ``clip_gradients`` the optimizer phase starts with a sum-of-squares pass over each layer's
     gradients (``<layer>.grad_norm``, in the policy's gradient dtype), the local part of the global
-    gradient norm."""
+    gradient norm. With ``fp8_weights_per_step`` the FP8 weight casts run in the first micro-batch's
+    forward only (repeat 1, :func:`once_per_step`) and are not recomputed: the FP8 copies are kept
+    for the step's other micro-batches."""
     lower = Lowering(fusion, training=True)
     backward = BackwardCache(micro_batches > 1, fusion)
     nodes: list[OpNode] = []
     r = micro_batches
+
+    def cached(f: FwdOp) -> bool:
+        return fp8_weights_per_step and f.weight_cast
+
     for layer in layers:
         for f in lower(layer):
-            nodes.append(OpNode(f"{layer.name}.{f.name}", f.op, (), "forward", layer.index, r))
+            nodes.append(OpNode(f"{layer.name}.{f.name}", f.op, (), "forward", layer.index, 1 if cached(f) else r))
     for layer in reversed(layers):
-        lowered = lower(layer)
+        lowered = [f for f in lower(layer) if not cached(f)]
         if checkpointing == "full" and layer.checkpointable:
             for f in lowered:
                 nodes.append(OpNode(f"{layer.name}.{f.name}.recompute", f.op, (), "recompute", layer.index, r))
@@ -451,6 +459,12 @@ def training_nodes(layers: Sequence[Layer], *, fusion: str, checkpointing: str, 
                     master_weights=policy.master_weights)
             nodes.append(OpNode(f"{layer.name}.optimizer", op, (), "optimizer", layer.index, 1))
     return nodes
+
+
+def once_per_step(node: OpNode, micro_batches: int) -> bool:
+    """Whether a training node runs in the step's first micro-batch only (an FP8 weight cast kept for
+    the others; see :func:`training_nodes`)."""
+    return node.phase == "forward" and node.repeat < micro_batches
 
 
 def forward_nodes(layers: Sequence[Layer], *, fusion: str, phase: str, prefix: str = "",

@@ -61,6 +61,9 @@ class FwdOp:
     """The op's weights are a mixture-of-experts layer's experts, which expert parallelism splits."""
     norm_step: bool = False
     """One of the tensor ops of a norm run op by op (eager lowering): what it keeps is the norm's."""
+    weight_cast: bool = False
+    """The op quantizes a layer's weight for an FP8 GEMM (see ``fp8_weight_cast`` of the workload:
+    once per step or once per micro-batch)."""
     split_output: bool = False
     """The op's output is split into parts that different ops read (a fused QKV projection into
     queries, keys and values; a gated MLP's projection into gate and up). Eager autograd

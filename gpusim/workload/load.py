@@ -359,7 +359,8 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
         if training:
             return training_nodes(layers, fusion=fusion, checkpointing=spec.activation_checkpointing,
                                   micro_batches=ga, optimizer=spec.optimizer_name, policy=p,
-                                  clip_gradients=spec.gradient_clipping)
+                                  clip_gradients=spec.gradient_clipping,
+                                  fp8_weights_per_step=spec.fp8_weights_per_step)
         if r is None:
             return forward_nodes(layers, fusion=fusion, phase="forward")
         return _inference_nodes(spec, r, p, fusion, details)

@@ -467,6 +467,12 @@ class ModelWorkloadSpec(Spec):
     """How the libraries' split-accumulator FP8 GEMMs (Transformer Engine's dgrad and wgrad) add their
     partial sums into FP32 registers: ``overlapped`` with the next products (CUDA 13 cuBLAS) or
     ``in_series`` after them (cuBLASLt into 2025; see ``Machine.with_in_series_fp8_promotion``)."""
+    fp8_weight_cast: Literal["auto", "per_step", "per_microbatch"] = "auto"
+    """FP8 training: how often each layer casts its BF16 weight to FP8 (and transposes it).
+    ``per_step``: in the step's first micro-batch, the copies kept for the others (Megatron-LM and NeMo
+    pass Transformer Engine ``is_first_microbatch``); ``per_microbatch``: in every micro-batch (a
+    Transformer Engine module called without it); ``auto``: per micro-batch under ZeRO-3/FSDP, which
+    gathers the weights again for every micro-batch, else per step."""
     prompt_len: Optional[count(le=10**8)] = None
     """Inference of language models: prompt tokens per request (default config.seq_len)."""
     prompt_logits: Literal["last", "all"] = "last"
@@ -520,3 +526,10 @@ class ModelWorkloadSpec(Spec):
     @property
     def optimizer_name(self) -> str:
         return self.optimizer or "adamw"
+
+    @property
+    def fp8_weights_per_step(self) -> bool:
+        """Whether FP8 weight casts run once per step (``fp8_weight_cast`` resolved)."""
+        if self.fp8_weight_cast == "auto":
+            return self.parallelism.zero_stage < 3
+        return self.fp8_weight_cast == "per_step"
