@@ -146,16 +146,6 @@ WHOLE_TILE_SCHEDULERS = {
 """Libraries (the ``library`` column) whose persistent GEMMs never run a stream-K tail, and why."""
 
 
-PROMOTING_VARIANTS = {
-    "split_accumulator": "torch._scaled_mm without fast accumulation: cuBLASLt promotes the FP8 tensor "
-                         "cores' partial sums into FP32",
-    "block_scaled": "DeepGEMM: every 128 of K its math warpgroups scale the tensor cores' partial sums by the "
-                    "blocks' scales and add them into FP32 registers on the CUDA cores (its README's "
-                    "two-level accumulation)",
-}
-"""Matmul variants whose FP8 kernels split their accumulator (see :func:`gpusim.mapping.gemm.gemm_plan`)."""
-
-
 def matmul_flop(case) -> float:
     """FLOP of a matmul row: 2 m n k per product, ``batch`` products (1 unless stated)."""
     return 2.0 * case.m * case.n * case.k * (case.batch or 1)
@@ -164,14 +154,15 @@ def matmul_flop(case) -> float:
 def matmul_plan(case, machine: Machine):
     """The kernel plan of a matmul row: the published GEMMs multiply contiguous, untransposed tensors
     (the op's default layout); where the source names the kernel the library ran, that kernel's tile.
-    A row of one of :data:`PROMOTING_VARIANTS` is an FP8 product that promotes its partial sums into FP32."""
+    A ``split_accumulator`` row is an FP8 product that promotes its partial sums into FP32
+    (``torch._scaled_mm`` without fast accumulation)."""
     batch = case.batch or 1
     dtype = gpusim_dtype(case.dtype)
     strides = Matmul(m=case.m, n=case.n, k=case.k, batch=batch, dtype=dtype).row_strides_bytes()
     return best_gemm(machine, "matmul", "matmul", case.m, case.n, case.k, batch, dtype, matmul_flop(case),
                      row_strides_bytes=strides, tile=Tile.parse(case.kernel_tile) if case.kernel_tile else None,
                      stream_k=case.library not in WHOLE_TILE_SCHEDULERS,
-                     split_accumulator=case.variant in PROMOTING_VARIANTS)
+                     split_accumulator=case.variant == "split_accumulator")
 
 
 def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:

@@ -141,19 +141,3 @@ def test_blackwell_accumulates_in_fp32_and_never_promotes(tmp_path):
 def test_a_split_accumulator_on_a_bf16_product_is_refused_naming_the_key(tmp_path):
     with pytest.raises(ConfigError, match="split_accumulator"):
         _gemm_time_s(tmp_path, "bf16", True, "overlapped")
-
-
-def test_deepgemm_and_promoting_scaled_mm_rows_are_simulated_with_a_split_accumulator():
-    # DeepGEMM's block-scaled kernels and torch._scaled_mm without fast accumulation promote their
-    # partial sums; a fast-accumulation row and an XLA FP8 row do not
-    from dataclasses import replace as with_fields
-
-    from gpusim.accuracy import matmul_plan
-    from gpusim.measurements import load_kernel_cases
-
-    machine = machine_of(load_hardware("h100_sxm5_80gb"))
-    deepgemm = next(c for c in load_kernel_cases() if c.library == "deepgemm")
-    assert deepgemm.variant == "block_scaled"
-    for variant, promotes in (("block_scaled", True), ("split_accumulator", True), ("fast_accum", False), (None, False)):
-        plan = matmul_plan(with_fields(deepgemm, variant=variant), machine)
-        assert (plan.vector_ops_per_cta > 0) is promotes and plan.name.endswith("[split_acc]") is promotes
