@@ -70,6 +70,8 @@ def test_hopper_names_give_warpgroups_cluster_and_stream_k(machines):
     assert tile_of_kernel_name("nvjet_sm90_qqtst_128x128_128x6_2x1_v_bz_coopA_algo2_TNT", h100, "fp8") \
         == Tile(128, 128, 128, 6, 8, cluster=2)
     assert tile_of_kernel_name("nvjet_sm90_qqtst_128x64_128x8_1x2_h_bz_algo2_TNT", h100, "fp8").num_warps == 4
+    # a cooperative schedule needs two warpgroups of 64 rows: a 64-row tile keeps its one
+    assert tile_of_kernel_name("nvjet_sm90_qqtst_64x128_128x8_1x2_h_bz_coopA_algo2_TNT", h100, "fp8").num_warps == 4
 
 
 @pytest.mark.parametrize("name", ["void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",

@@ -208,3 +208,11 @@ def test_a_workload_setting_applies_to_every_row_after_its_own():
     assert overlapped.simulated > recorded.simulated
     results, skipped = run_training([case], workload_items=("no_such_key=1",))
     assert not results and "no_such_key" in skipped[0].reason
+
+
+def test_a_mistyped_workload_setting_is_one_line_before_any_row_runs(capsys):
+    from gpusim.cli import main
+
+    assert main(["accuracy", "--suite", "training", "--workload-set", "fp8_promotoin=overlapped"]) != 0
+    err = capsys.readouterr().err
+    assert "--workload-set" in err and "fp8_promotoin" in err and "did you mean fp8_promotion" in err

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from gpusim.workload import load_workload
-from gpusim.workload.expand import forward_nodes, once_per_step, training_nodes
+from gpusim.workload.expand import forward_nodes, training_nodes
 from gpusim.workload.layers import FwdOp, Layer
 from gpusim.workload.ops import Matmul
 from gpusim.workload.precision import policy
@@ -134,8 +134,9 @@ def test_weights_cast_once_per_step_when_the_copies_are_kept():
     kept, every = nodes(True), nodes(False)
     assert kept["fc.proj_fp8_weight"].repeat == 1 and every["fc.proj_fp8_weight"].repeat == 4
     assert kept["fc.proj_fp8_input"].repeat == kept["fc.proj.fp8_grad"].repeat == 4
-    assert once_per_step(kept["fc.proj_fp8_weight"], 4) and not once_per_step(every["fc.proj_fp8_weight"], 4)
-    assert not any(once_per_step(n, 4) for n in every.values())
+    assert kept["fc.proj_fp8_weight"].once_per_step and not every["fc.proj_fp8_weight"].once_per_step
+    assert [n for n in kept.values() if n.once_per_step] == [kept["fc.proj_fp8_weight"]]
+    assert not any(n.once_per_step for n in every.values())
     recomputed = nodes(True, "full")
     assert "fc.proj_fp8_input.recompute" in recomputed and "fc.proj_fp8_weight.recompute" not in recomputed
     assert "fc.proj_fp8_weight.recompute" in nodes(False, "full")
@@ -147,8 +148,9 @@ def test_fp8_weight_cast_auto_is_per_microbatch_only_under_zero3():
         return load_workload("llama2_7b_train", ["precision=fp8", *items]).spec
 
     assert spec().fp8_weights_per_step
-    assert not spec("parallelism.zero_stage=3").fp8_weights_per_step
-    assert spec("parallelism.zero_stage=3", "fp8_weight_cast=per_step").fp8_weights_per_step
+    assert not spec("parallelism.zero_stage=3", "parallelism.data=8").fp8_weights_per_step
+    assert spec("parallelism.zero_stage=3").fp8_weights_per_step  # one data-parallel GPU: nothing to gather
+    assert spec("parallelism.zero_stage=3", "parallelism.data=8", "fp8_weight_cast=per_step").fp8_weights_per_step
     assert not spec("fp8_weight_cast=per_microbatch").fp8_weights_per_step
 
 
@@ -189,5 +191,9 @@ def test_the_cluster_engine_casts_the_weights_in_the_first_micro_batch_only():
 
     one_gpu = saved_s(None)
     assert one_gpu > 0
+    # the casts stay in the step's reported kernels, once each
+    w = load_workload("llama2_7b_train", items + ["fp8_weight_cast=per_step", "parallelism.data=8"])
+    casts = [k for k in simulate_system(load_hardware("dgx_h100"), w).kernels if k.node.endswith("_fp8_weight")]
+    assert len(casts) == 4 and all(k.repeat == 1 for k in casts)  # the block's four projections
     assert saved_s(["parallelism.data=8"]) == pytest.approx(one_gpu, rel=0.01)
     assert saved_s(["parallelism.data=4", "parallelism.pipeline=2"]) == pytest.approx(one_gpu / 2, rel=0.02)

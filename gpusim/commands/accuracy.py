@@ -130,6 +130,13 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     for item in workload_set:
         if "=" not in item:
             raise ConfigError("--workload-set", item, "expected KEY=VALUE")
+    if workload_set:
+        # a key no model workload has would skip every row; say so before simulating any
+        from gpusim.workload import load_workload
+        try:
+            load_workload("gpt2_large_train", list(workload_set))
+        except ConfigError as exc:
+            raise ConfigError("--workload-set", exc.key_path, exc.message) from None
     # outputs are checked before the (sometimes long) simulation
     if args.plot:
         check_figure_path("--plot", args.plot)
@@ -179,6 +186,8 @@ def _heldout_suite(args: argparse.Namespace) -> int:
                            "gpus": sorted({getattr(r, "gpu", "") for r in results} - {""})}
                     for name, kind, results, skipped, summary in rows}, args.json)
         return 0
+    if args.workload_set:
+        print(f"training files: every row with {' '.join(args.workload_set)}")
     print(f"{'held-out file':<40} {SUMMARY_HEADER}")
     for name, _kind, _results, skipped, s in rows:
         if s is None:
@@ -265,7 +274,9 @@ def _cluster_suites(args: argparse.Namespace, suites: tuple[str, ...]) -> int:
         if args.json:
             continue
         source = getattr(args, "training_measurements", None) if suite == "training" else None
-        print(f"{suite} ({source or ('communication.csv' if suite == 'communication' else 'training.csv')}):")
+        overrides = getattr(args, "workload_set", []) if suite == "training" else []
+        print(f"{suite} ({source or ('communication.csv' if suite == 'communication' else 'training.csv')})"
+              + (f", every row with {' '.join(overrides)}" if overrides else "") + ":")
         print(f"{'case':<52} {'metric':<20} {'measured':>11} {'simulated':>11} {'error':>8}  note")
         for r in results:
             print(f"{r.case_id[:52]:<52} {r.metric:<20} {r.measured:11.4g} {r.simulated:11.4g} "

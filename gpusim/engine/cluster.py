@@ -705,7 +705,7 @@ def _simulate_ops(hardware, workload, launch_mode, record_spans, notes) -> Simul
 
 
 def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> SimulationResult:
-    from gpusim.workload.expand import lower_layer, once_per_step, training_nodes
+    from gpusim.workload.expand import lower_layer, training_nodes
     from gpusim.workload.models import transformer as T
     from gpusim.workload.ops import Matmul, dtype_bytes
     from gpusim.workload.precision import policy as precision_policy
@@ -785,6 +785,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
         unit_norm_s: dict[str, float] = {}
         unit_first_s: dict[str, float] = {}
         """Compute a unit adds to the first micro-batch's forward (see ``ChunkModel.first_forward_s``)."""
+        unit_first_kernels: dict[str, Any] = {}
         # the share of a unit's optimizer work each GPU does: ZeRO shards the dense weights' over the
         # data- and context-parallel GPUs, the experts' over the data-parallel GPUs holding the same experts
         unit_shard: dict[str, float] = {}
@@ -794,12 +795,14 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                                    clip_gradients=spec.gradient_clipping,
                                    fp8_weights_per_step=spec.fp8_weights_per_step)
             # what runs in the first micro-batch only (FP8 weight casts kept for the others) is timed apart
-            first_only = [n for n in nodes if once_per_step(n, m)]
+            first_only = [n for n in nodes if n.once_per_step]
             nodes = [dataclasses.replace(n, repeat=1) if n.phase != "optimizer" else n for n in nodes
-                     if not once_per_step(n, m)]
+                     if not n.once_per_step]
             unit_times[key], res = _phase_times(hardware, nodes, f"{workload.name}.{key}", spec, launch_mode)
-            unit_first_s[key] = (_phase_times(hardware, first_only, f"{workload.name}.{key}.first", spec,
-                                              launch_mode)[0].get("forward", 0.0) if first_only else 0.0)
+            unit_first_s[key], unit_first_kernels[key] = 0.0, ()
+            if first_only:
+                phases, first = _phase_times(hardware, first_only, f"{workload.name}.{key}.first", spec, launch_mode)
+                unit_first_s[key], unit_first_kernels[key] = phases.get("forward", 0.0), first.kernels
             unit_params[key] = float(layer.num_parameters())
             # the unit's weight tensors, last first: the backward finishes their gradients in that order
             # (as its kernels hold them: a bias fused into its GEMM's epilogue is finished with it)
@@ -811,6 +814,8 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             experts = sum(f.num_parameters for f in layer.ops if f.expert) / max(1, layer.num_parameters())
             unit_shard[key] = ((1.0 - experts) / (d * cp) + experts / (d // e) if par.zero_stage >= 1 else 1.0)
         kernels = unit_kernels["block"]
+        # the block's kernels as reported: its per-micro-batch ones, then those of its first micro-batch only
+        reported_kernels = tuple(kernels) + tuple(unit_first_kernels["block"])
         h = r.hidden_size
         kv_bytes = 2.0 * spec.batch_size * seq * rt.num_kv_heads * r.head_dim * act_bytes  # this GPU's share
         recomputes_attention = spec.activation_checkpointing != "none"
@@ -1009,7 +1014,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
             stages.append(StageModel(chunks, opt, norm))
     else:
         phases, res = _phase_times(hardware, list(workload.graph.nodes), workload.name, spec, launch_mode)
-        kernels = res.kernels
+        kernels = reported_kernels = res.kernels
         params = float(workload.num_parameters)
         layers_with_params = len({n.layer for n in workload.graph.nodes if n.phase == "optimizer"}) or 1
         shards = d if par.zero_stage >= 1 else 1
@@ -1070,7 +1075,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
                         "ZeRO-1 (optimizer state) under a pipeline; gpusim simulates the stage as without one "
                         "(stage 3 gathers the weights and reduce-scatters the gradients on every micro-batch)")
     stats = run_step(fabric, stages, lp, record_spans=record_spans)
-    return _training_result(hardware, workload, stats, n_gpus, m, kernels, warnings, fabric, launch_mode)
+    return _training_result(hardware, workload, stats, n_gpus, m, reported_kernels, warnings, fabric, launch_mode)
 
 
 class _BlockTimeline:

@@ -361,8 +361,9 @@ def tile_misfit_reason(machine: Machine, dtype: str, tile: Tile, promotes: bool 
                 f"{machine.max_cluster_size}")
     threads, registers, shared, _, per_unit, limiter = _cta_needs(machine, dtype, tile, promotes)
     if per_unit == 0:
-        return (f"its CTA ({threads} threads, {registers} registers per thread, {shared} bytes of shared memory) "
-                f"exceeds the SM's {limiter.replace('_', ' ')}")
+        split = " (two accumulators per output: a split FP8 accumulator)" if promotes else ""
+        return (f"its CTA ({threads} threads, {registers} registers per thread{split}, {shared} bytes of shared "
+                f"memory) exceeds the SM's {limiter.replace('_', ' ')}")
     return None
 
 

@@ -64,8 +64,9 @@ def tile_of_kernel_name(name: str, machine: Machine, dtype: str) -> Tile | None:
         return Tile(bm, bn, bk, stages, default_num_warps(bm, bn, matrix=not simt))
     if (m := _NVJET.search(text)) is not None:
         bm, bn, bk, stages, cluster_m, cluster_n = (int(g) for g in m.groups())
-        # ``coop``: the cooperative schedule, two consumer warpgroups sharing the tile (8 warps)
-        warps = 8 if "_coop" in text else default_num_warps(bm, bn, matrix=True)
+        # ``coop``: the cooperative schedule, two consumer warpgroups of 64 rows or more sharing the
+        # tile (8 warps)
+        warps = 8 if "_coop" in text and bm >= 128 else default_num_warps(bm, bn, matrix=True)
         return Tile(bm, bn, bk, stages, warps, cluster=cluster_m, cluster_n=cluster_n)
     if (m := _SM90.search(text)) is not None:
         bm, bn, bk = (int(g) for g in m.groups())

@@ -417,7 +417,7 @@ def training_nodes(layers: Sequence[Layer], *, fusion: str, checkpointing: str, 
     ``clip_gradients`` the optimizer phase starts with a sum-of-squares pass over each layer's
     gradients (``<layer>.grad_norm``, in the policy's gradient dtype), the local part of the global
     gradient norm. With ``fp8_weights_per_step`` the FP8 weight casts run in the first micro-batch's
-    forward only (repeat 1, :func:`once_per_step`) and are not recomputed: the FP8 copies are kept
+    forward only (repeat 1, ``OpNode.once_per_step``) and are not recomputed: the FP8 copies are kept
     for the step's other micro-batches."""
     lower = Lowering(fusion, training=True)
     backward = BackwardCache(micro_batches > 1, fusion)
@@ -429,7 +429,8 @@ def training_nodes(layers: Sequence[Layer], *, fusion: str, checkpointing: str, 
 
     for layer in layers:
         for f in lower(layer):
-            nodes.append(OpNode(f"{layer.name}.{f.name}", f.op, (), "forward", layer.index, 1 if cached(f) else r))
+            nodes.append(OpNode(f"{layer.name}.{f.name}", f.op, (), "forward", layer.index, 1 if cached(f) else r,
+                                once_per_step=cached(f)))
     for layer in reversed(layers):
         lowered = [f for f in lower(layer) if not cached(f)]
         if checkpointing == "full" and layer.checkpointable:
@@ -459,12 +460,6 @@ def training_nodes(layers: Sequence[Layer], *, fusion: str, checkpointing: str, 
                     master_weights=policy.master_weights)
             nodes.append(OpNode(f"{layer.name}.optimizer", op, (), "optimizer", layer.index, 1))
     return nodes
-
-
-def once_per_step(node: OpNode, micro_batches: int) -> bool:
-    """Whether a training node runs in the step's first micro-batch only (an FP8 weight cast kept for
-    the others; see :func:`training_nodes`)."""
-    return node.phase == "forward" and node.repeat < micro_batches
 
 
 def forward_nodes(layers: Sequence[Layer], *, fusion: str, phase: str, prefix: str = "",

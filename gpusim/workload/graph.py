@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Iterable, Sequence
 
@@ -32,6 +32,9 @@ class OpNode:
     phase: str = "single"
     layer: int | None = None
     repeat: int = 1
+    once_per_step: bool = False
+    """A training node that runs in the step's first micro-batch only (``repeat`` 1 where the other
+    nodes of its phase repeat per micro-batch): an FP8 weight cast whose copies are kept."""
 
     def flop(self) -> float:
         return self.repeat * self.op.flop()
@@ -180,6 +183,6 @@ def chain(nodes: Iterable[OpNode]) -> tuple[OpNode, ...]:
     out: list[OpNode] = []
     prev: str | None = None
     for n in nodes:
-        out.append(OpNode(n.name, n.op, (prev,) if prev else (), n.phase, n.layer, n.repeat))
+        out.append(replace(n, after=(prev,) if prev else ()))
         prev = n.name
     return tuple(out)

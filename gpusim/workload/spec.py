@@ -471,8 +471,8 @@ class ModelWorkloadSpec(Spec):
     """FP8 training: how often each layer casts its BF16 weight to FP8 (and transposes it).
     ``per_step``: in the step's first micro-batch, the copies kept for the others (Megatron-LM and NeMo
     pass Transformer Engine ``is_first_microbatch``); ``per_microbatch``: in every micro-batch (a
-    Transformer Engine module called without it); ``auto``: per micro-batch under ZeRO-3/FSDP, which
-    gathers the weights again for every micro-batch, else per step."""
+    Transformer Engine module called without it); ``auto``: per micro-batch under ZeRO-3/FSDP over
+    more than one GPU, which gathers the weights again for every micro-batch, else per step."""
     prompt_len: Optional[count(le=10**8)] = None
     """Inference of language models: prompt tokens per request (default config.seq_len)."""
     prompt_logits: Literal["last", "all"] = "last"
@@ -531,5 +531,6 @@ class ModelWorkloadSpec(Spec):
     def fp8_weights_per_step(self) -> bool:
         """Whether FP8 weight casts run once per step (``fp8_weight_cast`` resolved)."""
         if self.fp8_weight_cast == "auto":
-            return self.parallelism.zero_stage < 3
+            par = self.parallelism
+            return par.zero_stage < 3 or par.data * par.context == 1  # ZeRO-3 over one GPU gathers nothing
         return self.fp8_weight_cast == "per_step"
