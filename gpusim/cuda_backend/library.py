@@ -147,9 +147,6 @@ def library_rows(results: list[LibraryResult], gpu: str, provenance: dict[str, A
         tile = tile_of_kernel_name(kernel, machine, dtype) if kernel else None
         if tile is not None:
             tile = row_major_tile(tile)
-        promotes = promotes_partial_sums(machine, dtype, probe.dtype.startswith("fp8") and not probe.fast_accum)
-        if tile is not None and tile_misfit_reason(machine, dtype, tile, promotes) is None:
-            row["kernel_tile"] = tile.label()
         if probe.dtype.startswith("fp8"):
             call = ("torch._scaled_mm, E4M3 A row-major times B column-major (as cuBLASLt requires), per-tensor "
                     "scales of 1, BF16 output, " + ("fast accumulation" if probe.fast_accum
@@ -160,6 +157,10 @@ def library_rows(results: list[LibraryResult], gpu: str, provenance: dict[str, A
             row["variant"] = "b_k_major"
         else:
             call = "torch.mm, row-major operands"
+        # a row's tile is kept where it can run as the row is simulated (accuracy.matmul_plan)
+        promotes = promotes_partial_sums(machine, dtype, row["variant"] == "split_accumulator")
+        if tile is not None and tile_misfit_reason(machine, dtype, tile, promotes) is None:
+            row["kernel_tile"] = tile.label()
         notes = [f"{call}; median of {len(result.times_s)} CUDA-event-timed calls after "
                  f"{result.num_warmups} warm-ups (min {min(result.times_s):.6g} s, max {max(result.times_s):.6g} s); "
                  f"{result.num_rotations} rotating input set(s)"]
