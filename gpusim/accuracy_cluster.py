@@ -291,6 +291,10 @@ def _inference_workload(case):
     tensor = int(m.group(1)) if (m := re.search(r"\bTP(\d+)\b", case.parallelism or "")) else 1
     if tensor > 1:
         items.append(f"parallelism.tensor={tensor}")
+        if "gpt-fast" in software:
+            # its README runs tensor parallelism as `ENABLE_INTRA_NODE_COMM=1 torchrun ... generate.py`:
+            # PyTorch's peer-to-peer all-reduce, not NCCL's, for the small per-token messages
+            items.append("parallelism.tp_all_reduce=intra_node")
         return _system_of(case), [], INFERENCE_MODELS[case.model], items, launch, counted
     return case.gpu, [], INFERENCE_MODELS[case.model], items, launch, counted
 

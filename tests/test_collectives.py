@@ -108,3 +108,83 @@ def test_a_tensor_parallel_decode_on_a_system_honours_the_launch_mode():
     eager, graph = simulate_system(hw, wl), simulate_system(hw, wl, launch_mode="graph")
     assert (eager.launch_mode, graph.launch_mode) == ("eager", "graph")
     assert graph.total_time_s < eager.total_time_s
+
+
+def peer_fabric(topology="nvswitch", gpus=8, nodes=1):
+    """tiny() with a 2 us launch, a 0.5 us device-side launch and 1 TB/s of DRAM."""
+    return Fabric("tiny", gpus, nodes, topology, 1e9, 1, 1e9, 1e-6, False, 0.0, 2e-6, 2e-6,
+                  dram_bytes_per_s=1e12, device_launch_s=0.5e-6)
+
+
+def test_one_shot_all_reduce_is_exact_on_a_tiny_system():
+    from gpusim.engine.collectives import intra_node_all_reduce_plan
+
+    plan = intra_node_all_reduce_plan(1e5, 4, peer_fabric())
+    # launch 2 us + the staging copy's device launch 0.5 us + 3 hops of 1 us + 2 x 1e5 B through 1 TB/s
+    # of DRAM; every GPU then loads the whole message from each of its 3 peers at 1 GB/s
+    assert plan.algorithm == "one_shot"
+    assert plan.latency_s == pytest.approx(2e-6 + 0.5e-6 + 3e-6 + 2e5 / 1e12, rel=1e-12)
+    assert plan.time_s == pytest.approx(plan.latency_s + 3 * 1e5 / 1e9, rel=1e-12)
+
+
+def test_two_shot_all_reduce_moves_the_ring_bytes_with_a_fixed_latency():
+    from gpusim.engine.collectives import ONE_SHOT_MAX_BYTES, intra_node_all_reduce_plan
+
+    f = peer_fabric()
+    S = 4 * ONE_SHOT_MAX_BYTES
+    plan = intra_node_all_reduce_plan(S, 4, f)
+    ring = plan_collective("all_reduce", S, 4, f, algorithm="ring", protocol="Simple")
+    assert plan.algorithm == "two_shot"
+    assert plan.intra_bytes == pytest.approx(ring.intra_bytes)  # 2 (n-1)/n S each way
+    assert plan.latency_s == pytest.approx(2.5e-6 + 6e-6 + 2 * S / 1e12, rel=1e-12)
+
+
+def test_a_peer_to_peer_all_reduce_needs_one_fully_connected_node_and_at_most_10_mib():
+    from gpusim.engine.collectives import TWO_SHOT_MAX_BYTES, intra_node_all_reduce_plan
+
+    assert intra_node_all_reduce_plan(TWO_SHOT_MAX_BYTES, 8, peer_fabric()) is not None
+    assert intra_node_all_reduce_plan(TWO_SHOT_MAX_BYTES + 1, 8, peer_fabric()) is None
+    assert intra_node_all_reduce_plan(8192, 8, peer_fabric("full_mesh")) is not None
+    assert intra_node_all_reduce_plan(8192, 8, peer_fabric("ring")) is None  # relays needed
+    assert intra_node_all_reduce_plan(8192, 16, peer_fabric(gpus=8, nodes=2)) is None  # spans nodes
+    assert intra_node_all_reduce_plan(8192, 1, peer_fabric()) is None
+
+
+def test_one_shot_latency_does_not_grow_with_the_group_where_the_ring_s_does():
+    from gpusim.engine.collectives import intra_node_all_reduce_plan
+
+    f = fabric_of(load_hardware("dgx_a100"), "graph")
+    one = [intra_node_all_reduce_plan(8192, n, f).latency_s for n in (2, 4, 8)]
+    ring = [plan_collective("all_reduce", 8192, n, f, algorithm="ring").latency_s for n in (2, 4, 8)]
+    assert one[0] == pytest.approx(one[2])
+    assert ring[2] - ring[0] > 5e-6
+    assert one[2] < ring[2]
+
+
+def test_tensor_parallel_decode_with_the_intra_node_all_reduce_is_faster_where_it_applies():
+    from gpusim.engine.cluster import simulate_system
+    from gpusim.workload import load_workload
+
+    items = ["batch_size=1", "prompt_len=5", "generate_len=8", "decode_buckets=2", "parallelism.tensor=8",
+             "config.num_layers=2"]
+    nccl = simulate_system(load_hardware("dgx_a100"), load_workload("llama2_7b_inference", items), launch_mode="graph")
+    peer = simulate_system(load_hardware("dgx_a100"),
+                           load_workload("llama2_7b_inference", items + ["parallelism.tp_all_reduce=intra_node"]),
+                           launch_mode="graph")
+    assert peer.total_time_s < nccl.total_time_s
+    # the compute is the same; only the exposed communication shrinks
+    assert peer.time_breakdown_s["compute"] == pytest.approx(nccl.time_breakdown_s["compute"])
+    assert peer.time_breakdown_s["exposed_communication"] < nccl.time_breakdown_s["exposed_communication"]
+
+
+def test_the_intra_node_all_reduce_falls_back_to_nccl_with_a_warning_across_nodes():
+    from gpusim.engine.cluster import simulate_system
+    from gpusim.workload import load_workload
+
+    items = ["batch_size=1", "prompt_len=5", "generate_len=4", "decode_buckets=1", "parallelism.tensor=16",
+             "config.num_layers=2"]
+    hw = load_hardware("dgx_a100", [("num_nodes", 2)])
+    nccl = simulate_system(hw, load_workload("llama2_7b_inference", items))
+    peer = simulate_system(hw, load_workload("llama2_7b_inference", items + ["parallelism.tp_all_reduce=intra_node"]))
+    assert peer.total_time_s == pytest.approx(nccl.total_time_s)
+    assert any("tp_all_reduce intra_node" in w and "NCCL runs them" in w for w in peer.warnings)

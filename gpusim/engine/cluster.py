@@ -25,7 +25,8 @@ from typing import Any
 import simpy
 
 from gpusim.config.derived import peak_flop_per_s
-from gpusim.engine.collectives import CollectivePlan, Fabric, fabric_of, plan_collective
+from gpusim.engine.collectives import (FULLY_CONNECTED_TOPOLOGIES, CollectivePlan, Fabric, fabric_of,
+                                       intra_node_all_reduce_plan, plan_collective)
 from gpusim.engine.fluid import FluidSystem
 from gpusim.engine.simulate import PRECISION_PEAK_DTYPE, opening_warnings, simulate
 from gpusim.errors import ConfigError, SimulationError
@@ -725,6 +726,9 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
     gpn = hardware.num_gpus_per_node
     if t > gpn:
         warnings.append(f"tensor parallelism {t} spans nodes ({gpn} GPUs per node): its all-reduces use the network")
+    if par.tp_all_reduce == "intra_node" and t > 1 and (t > gpn or fabric.intra_topology not in FULLY_CONNECTED_TOPOLOGIES):
+        warnings.append(f"tp_all_reduce intra_node needs the tensor-parallel GPUs in one node, all directly "
+                        f"connected ({hardware.name}: {fabric.intra_topology}, {gpn} per node): NCCL runs them")
     training = spec.mode == "train"
     m = par.microbatches or spec.gradient_accumulation_steps
     v = par.virtual_stages
@@ -738,8 +742,10 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
     def group_plan(collective: str, nbytes: float, size: int, stride: int) -> CollectivePlan:
         key = (collective, round(nbytes), size, stride)
         if key not in plans:
-            plans[key] = plan_collective(collective, nbytes, size, fabric,
-                                         gpus_per_node=_group_per_node(gpn, stride, size))
+            peer = (intra_node_all_reduce_plan(nbytes, size, fabric) if par.tp_all_reduce == "intra_node"
+                    and collective == "all_reduce" and (size, stride) == (t, 1) else None)
+            plans[key] = peer or plan_collective(collective, nbytes, size, fabric,
+                                                 gpus_per_node=_group_per_node(gpn, stride, size))
         return plans[key]
 
     lm = spec.model in LANGUAGE_MODELS  # (loading checked that other models have no tensor or pipeline split)

@@ -85,6 +85,10 @@ class Fabric:
     """Calibration (the GPU's ``in_switch_reduction_fraction``): share of the port rate NVLS reaches."""
     collective_sm_fraction: float = 0.0
     """Share of the GPU's SMs a running collective kernel holds (its channels over the SM count)."""
+    dram_bytes_per_s: float = 0.0
+    """The GPU's achievable DRAM rate (calibrated): a peer-to-peer all-reduce stages its input through it."""
+    device_launch_s: float = 0.0
+    """Device-side cost of one more launch issued by the same call (the GPU's ``graph_kernel_launch_s``)."""
 
     @property
     def num_gpus(self) -> int:
@@ -113,8 +117,12 @@ def fabric_of(hardware, launch_mode: str = "eager") -> Fabric:
     host_fraction = (cal.host_link_fraction if cal is not None and cal.host_link_fraction else 1.0)
     launch = gpu.launch.graph_kernel_launch_s if launch_mode == "graph" else gpu.launch.kernel_launch_s
     nvls = (cal.in_switch_reduction_fraction if cal is not None and cal.in_switch_reduction_fraction else 1.0)
+    dram = gpu.dram.bandwidth_bytes_per_s * (cal.dram_bandwidth_fraction if cal is not None
+                                             and cal.dram_bandwidth_fraction else 1.0)
+    device_launch = gpu.launch.graph_kernel_launch_s
     if hardware.kind != "system":
-        return Fabric(hardware.name, 1, 1, "none", 0.0, 0, 0.0, 0.0, False, 0.0, 0.0, launch, nvls)
+        return Fabric(hardware.name, 1, 1, "none", 0.0, 0, 0.0, 0.0, False, 0.0, 0.0, launch, nvls,
+                      dram_bytes_per_s=dram, device_launch_s=device_launch)
     intra = hardware.intra_node
     if intra.topology == "pcie_switch" or gpu.peer_links is None:
         link = gpu.host_link.bandwidth_bytes_per_s * host_fraction
@@ -133,7 +141,8 @@ def fabric_of(hardware, launch_mode: str = "eager") -> Fabric:
     # a collective holds at most all SMs but one (compute CTAs still get scheduled beside it)
     sm_fraction = min(intra.collective_channels or 0, gpu.num_sms - 1) / gpu.num_sms
     return Fabric(hardware.name, hardware.num_gpus_per_node, hardware.num_nodes, intra.topology, link, num_links,
-                  port, hop, intra.in_switch_reduction, nic, inter.latency_s, launch, nvls, sm_fraction)
+                  port, hop, intra.in_switch_reduction, nic, inter.latency_s, launch, nvls, sm_fraction, dram,
+                  device_launch)
 
 
 def peer_fraction_net(hardware) -> float:
@@ -310,6 +319,44 @@ def plan_collective(collective: str, num_bytes: float, num_gpus: int, fabric: Fa
         raise SimulationError(f"{fabric.name} cannot run {collective} over {num_gpus} GPUs with "
                               f"algorithm {algorithm or 'any'} / protocol {protocol or 'any'}")
     return min(plans, key=lambda p: p.time_s)
+
+
+# PyTorch's IntraNodeComm (torch/csrc/distributed/c10d/intra_node_comm.cu, 2024): its one-shot kernel
+# all-reduces messages up to kOneShotThreshBytes, its two-shot kernel those up to kTwoShotThreshBytes;
+# larger ones go to NCCL.
+ONE_SHOT_MAX_BYTES = 256 * 2**10
+TWO_SHOT_MAX_BYTES = 10 * 2**20
+FULLY_CONNECTED_TOPOLOGIES = ("nvswitch", "full_mesh")
+"""Intra-node topologies where every GPU reaches every other over one NVLink hop (IntraNodeComm's
+``FULLY_CONNECTED``); in a ring of direct links it would need relays."""
+
+
+def intra_node_all_reduce_plan(num_bytes: float, num_gpus: int, fabric: Fabric) -> CollectivePlan | None:
+    """The all-reduce of a peer-to-peer library inside one node (PyTorch's IntraNodeComm; TensorRT-LLM's
+    and vLLM's custom all-reduce work alike), or None where it does not apply (more than
+    :data:`TWO_SHOT_MAX_BYTES`, a group wider than a node, GPUs not all directly connected): NCCL then.
+
+    One call (one host launch cost) copies the GPU's input into a buffer its peers can read (a second
+    launch, paid on the device; the bytes are read and written once in DRAM) and launches one kernel that
+    * waits at a barrier: each GPU raises a flag on every peer and spins on its own (one hop);
+    * one-shot (up to :data:`ONE_SHOT_MAX_BYTES`): loads the whole message from every peer's buffer and
+      sums it (one round trip, 2 hops); each GPU's port carries ``(n-1) S`` each way;
+    * two-shot: loads and sums only its ``1/n`` share (a reduce-scatter), passes a second barrier, then
+      loads the other GPUs' reduced shares (an all-gather): 2 barriers and 2 round trips, ``2 (n-1)/n S``
+      each way, the ring's bytes.
+    No pipeline of steps as in NCCL's ring: the latency is the launches and 3 or 6 hops, whatever ``n``."""
+    n = int(num_gpus)
+    S = float(num_bytes)
+    if (n < 2 or n > fabric.num_gpus_per_node or S > TWO_SHOT_MAX_BYTES
+            or fabric.intra_topology not in FULLY_CONNECTED_TOPOLOGIES):
+        return None
+    one_shot = S <= ONE_SHOT_MAX_BYTES
+    hops = 3 if one_shot else 6
+    port_bytes = (n - 1) * S if one_shot else 2 * (n - 1) / n * S
+    staging_s = 2 * S / fabric.dram_bytes_per_s if fabric.dram_bytes_per_s > 0 else 0.0
+    latency = fabric.launch_s + fabric.device_launch_s + hops * fabric.intra_hop_latency_s + staging_s
+    return CollectivePlan("all_reduce", "one_shot" if one_shot else "two_shot", "p2p", S, n, latency,
+                          port_bytes, 0.0, fabric.intra_bytes_per_s(n), 1.0)
 
 
 def collective_time_s(collective: str, num_bytes: float, num_gpus: int, fabric: Fabric, **kwargs) -> float:

@@ -374,6 +374,13 @@ class ParallelismSpec(Spec):
     NeMo's ``overlap_p2p_comm``). Off, a stage waits for each send to complete before its next forward
     or backward, as Megatron-LM's default blocking ``batch_isend_irecv`` and DeepSpeed's pipeline
     engine do."""
+    tp_all_reduce: Literal["nccl", "intra_node"] = "nccl"
+    """Who runs the tensor-parallel all-reduces. ``nccl``: NCCL, whose tuner picks ring, tree or NVLS
+    and a protocol. ``intra_node``: a peer-to-peer all-reduce over NVLink inside the node, as PyTorch's
+    IntraNodeComm runs it (``ENABLE_INTRA_NODE_COMM=1``, which gpt-fast's tensor-parallel command sets):
+    one-shot up to 256 KiB, two-shot up to 10 MiB, NCCL beyond, and NCCL too where the group spans nodes
+    or the node's GPUs are not all directly connected (see
+    :func:`gpusim.engine.collectives.intra_node_all_reduce_plan`)."""
     bucket_bytes: NumBytes = 25e6
     """Gradient bucket for the overlapped data-parallel reduction (PyTorch DDP's default 25 MB)."""
     param_gather_dtype: Optional[Literal["fp32", "bf16", "fp16", "fp8"]] = None
