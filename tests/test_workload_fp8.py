@@ -197,3 +197,18 @@ def test_the_cluster_engine_casts_the_weights_in_the_first_micro_batch_only():
     assert len(casts) == 4 and all(k.repeat == 1 for k in casts)  # the block's four projections
     assert saved_s(["parallelism.data=8"]) == pytest.approx(one_gpu, rel=0.01)
     assert saved_s(["parallelism.data=4", "parallelism.pipeline=2"]) == pytest.approx(one_gpu / 2, rel=0.02)
+
+
+def test_the_fp8_copies_kept_for_a_step_are_counted_in_the_weights():
+    # 2 layers of hidden 256, FFN 512, 4 heads (no grouped queries): each layer's FP8 GEMM weights are
+    # QKV 256 x 768, output 256 x 256, gate-and-up 256 x 1024, down 512 x 256 = 655,360; kept as an FP8
+    # copy and its transpose, 2 bytes each, halved by tensor parallelism 2; the head stays BF16
+    config = ["config.num_layers=2", "config.hidden_size=256", "config.ffn_hidden_size=512", "config.num_heads=4",
+              "config.num_kv_heads=4", "config.vocab_size=1000", "precision=fp8", "parallelism.tensor=2"]
+
+    def weights(cast: str) -> float:
+        return load_workload("llama2_7b_train", config + [f"fp8_weight_cast={cast}"]).memory.weights_bytes
+
+    assert weights("per_step") - weights("per_microbatch") == pytest.approx(2 * 2 * 655_360 / 2)
+    bf16 = load_workload("llama2_7b_train", [c for c in config if c != "precision=fp8"] + ["precision=bf16"])
+    assert weights("per_microbatch") == pytest.approx(bf16.memory.weights_bytes)

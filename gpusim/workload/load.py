@@ -19,8 +19,8 @@ from gpusim.workload.expand import (
 )
 from gpusim.workload.graph import GraphError, OpNode, WorkloadGraph, chain, order_nodes
 from gpusim.workload.layers import ModelError
-from gpusim.workload.memory import (LIBRARY_WORKSPACE_BYTES, MemoryFootprint, model_states, peak_activation_bytes,
-                                    stage_chunks, stage_layers)
+from gpusim.workload.memory import (LIBRARY_WORKSPACE_BYTES, MemoryFootprint, kept_fp8_weight_bytes, model_states,
+                                    peak_activation_bytes, stage_chunks, stage_layers)
 from gpusim.workload.models import CONFIG_CLASSES
 from gpusim.workload.models import cnn, mlp, resnet
 from gpusim.workload.models import transformer as T
@@ -453,6 +453,9 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
                 held_layers = 2 if par.overlap_communication else 1
                 weights += held_layers * largest * dtype_bytes(par.param_gather_dtype or p.weight_dtype)
                 grads += held_layers * largest * dtype_bytes(par.grad_reduce_dtype or p.grad_dtype)
+            if spec.fp8_weights_per_step:
+                # FP8 weights cast in a step's first micro-batch are kept for its others
+                weights += kept_fp8_weight_bytes(held, tensor=par.tensor, expert=par.expert)
             # the chunk forwards the schedule keeps in flight at the stage's peak; one layer is
             # recomputed at a time
             per_chunk = [activations_of(chunk, spec.activation_checkpointing) for chunk in chunks]

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
+from gpusim.workload.ops import Matmul
 from gpusim.workload.schedule import pipeline_order
 
 if TYPE_CHECKING:
@@ -100,6 +101,25 @@ def stage_chunks(layers: Sequence[Layer], stages: int, virtual_stages: int = 1) 
 def stage_layers(layers: Sequence[Layer], stages: int, virtual_stages: int = 1) -> list[list[Layer]]:
     """The layers each pipeline stage holds, its chunks' (:func:`stage_chunks`) in order."""
     return [[layer for chunk in chunks for layer in chunk] for chunks in stage_chunks(layers, stages, virtual_stages)]
+
+
+KEPT_FP8_WEIGHT_BYTES = 2
+"""Bytes per weight of the FP8 copies a step keeps when its weights are cast once per step: the
+quantized weight and its transpose, one byte each (Transformer Engine's cached ``weight_fp8`` and
+``weight_t_fp8`` workspaces; the backward's data-gradient GEMM reads the transpose)."""
+
+
+def kept_fp8_weight_bytes(held: Sequence[Layer], *, tensor: int = 1, expert: int = 1) -> float:
+    """Bytes one GPU keeps for the FP8 copies of ``held`` layers' FP8 GEMM weights (this GPU's tensor-
+    and, for experts, expert-parallel share), cast once per step and kept for the other micro-batches
+    (:attr:`gpusim.workload.spec.ModelWorkloadSpec.fp8_weights_per_step`)."""
+    total = 0.0
+    for layer in held:
+        for f in layer.ops:
+            if f.weight and isinstance(f.op, Matmul) and f.op.dtype == "fp8":
+                share = tensor * (expert if f.expert else 1)
+                total += f.op.num_b_matrices * f.op.k * f.op.n / share
+    return KEPT_FP8_WEIGHT_BYTES * total
 
 
 def model_states(num_parameters: int, *, training: bool, weight_bytes: float, grad_bytes: float,
