@@ -5,7 +5,8 @@ Model states per parameter (Rajbhandari et al. 2020, "ZeRO", section 3.1): mixed
 (16 bytes); FP32 Adam keeps 4 + 4 + 8. Activations come from the ops each layer saves for its backward
 (:func:`gpusim.workload.layers.saved_bytes`), per micro-batch, after checkpointing. The workspace is
 a library workspace (cuBLAS) plus the largest single output a kernel writes that is not counted
-elsewhere.
+elsewhere. FP8 training that casts its weights once per step keeps their FP8 copies (and transposes)
+with the weights (:func:`kept_fp8_weight_bytes`).
 
 Sharding with a parallel layout: tensor (t) parallelism splits a pipeline stage's model states over t
 GPUs; ZeRO stage 1/2/3 further splits optimizer states / + gradients / + weights over the data-
