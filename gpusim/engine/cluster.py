@@ -25,8 +25,8 @@ from typing import Any
 import simpy
 
 from gpusim.config.derived import peak_flop_per_s
-from gpusim.engine.collectives import (FULLY_CONNECTED_TOPOLOGIES, CollectivePlan, Fabric, fabric_of,
-                                       intra_node_all_reduce_plan, plan_collective)
+from gpusim.engine.collectives import (CollectivePlan, Fabric, fabric_of, intra_node_all_reduce_plan,
+                                       plan_collective)
 from gpusim.engine.fluid import FluidSystem
 from gpusim.engine.simulate import PRECISION_PEAK_DTYPE, opening_warnings, simulate
 from gpusim.errors import ConfigError, SimulationError
@@ -726,7 +726,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
     gpn = hardware.num_gpus_per_node
     if t > gpn:
         warnings.append(f"tensor parallelism {t} spans nodes ({gpn} GPUs per node): its all-reduces use the network")
-    if par.tp_all_reduce == "intra_node" and t > 1 and (t > gpn or fabric.intra_topology not in FULLY_CONNECTED_TOPOLOGIES):
+    if par.tp_all_reduce == "intra_node" and t > 1 and intra_node_all_reduce_plan(0.0, t, fabric) is None:
         warnings.append(f"tp_all_reduce intra_node needs the tensor-parallel GPUs in one node, all directly "
                         f"connected ({hardware.name}: {fabric.intra_topology}, {gpn} per node): NCCL runs them")
     training = spec.mode == "train"

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpusim.engine.machine import machine_from_gpu
 from gpusim.errors import SimulationError
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv", "broadcast")
@@ -117,8 +118,7 @@ def fabric_of(hardware, launch_mode: str = "eager") -> Fabric:
     host_fraction = (cal.host_link_fraction if cal is not None and cal.host_link_fraction else 1.0)
     launch = gpu.launch.graph_kernel_launch_s if launch_mode == "graph" else gpu.launch.kernel_launch_s
     nvls = (cal.in_switch_reduction_fraction if cal is not None and cal.in_switch_reduction_fraction else 1.0)
-    dram = gpu.dram.bandwidth_bytes_per_s * (cal.dram_bandwidth_fraction if cal is not None
-                                             and cal.dram_bandwidth_fraction else 1.0)
+    dram = machine_from_gpu(hardware.name, gpu).dram_achievable_bytes_per_s
     device_launch = gpu.launch.graph_kernel_launch_s
     if hardware.kind != "system":
         return Fabric(hardware.name, 1, 1, "none", 0.0, 0, 0.0, 0.0, False, 0.0, 0.0, launch, nvls,

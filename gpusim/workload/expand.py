@@ -117,22 +117,18 @@ FP8_CAST_DTYPE = "bf16"
 """What FP8 GEMM operands are quantized from (Transformer Engine keeps activations and gradients in BF16)."""
 
 
-def _fp8_weight_gemm(f: FwdOp) -> bool:
-    return isinstance(f.op, Matmul) and f.op.dtype == "fp8" and f.weight
-
-
 def _with_fp8_casts(ops: tuple[FwdOp, ...], training: bool) -> tuple[FwdOp, ...]:
     """Insert the quantization kernels of FP8 linear layers (Transformer Engine ``te.Linear``): before
     each FP8 GEMM with a weight, its BF16 input is cast to FP8 and, in training, the BF16 working
     weight too; training casts transpose as well (the backward GEMMs read the transposed copies).
     Inference reads FP8 weights stored as such. Norm-fused casts (``te.LayerNormLinear``) are not
     modelled: every cast is its own memory-bound kernel."""
-    if not any(_fp8_weight_gemm(f) for f in ops):
+    if not any(f.fp8_weight_gemm for f in ops):
         return ops
     function = "fp8_cast_transpose" if training else "fp8_cast"
     out: list[FwdOp] = []
     for f in ops:
-        if _fp8_weight_gemm(f):
+        if f.fp8_weight_gemm:
             op = f.op
             out.append(FwdOp(f"{f.name}_fp8_input", Elementwise(num_elements=op.batch * op.m * op.k, function=function,
                                                                  dtype=FP8_CAST_DTYPE),
@@ -307,7 +303,7 @@ def backward_ops(f: FwdOp, grad_accumulation: bool, fusion: str) -> list[tuple[s
             out.append(("split_grad", Elementwise(num_elements=op.batch * op.m * op.n, function="copy",
                                                   dtype=_vector_dtype(op.out_dtype))))
         out += _epilogue_backward(op.epilogue, op.batch * op.m * op.n, op.out_dtype)
-        fp8 = _fp8_weight_gemm(f)
+        fp8 = f.fp8_weight_gemm
         if fp8:
             # the output gradient is quantized (and transposed) for the FP8 dgrad and wgrad GEMMs
             out.append(("fp8_grad", Elementwise(num_elements=op.batch * op.m * op.n, function="fp8_cast_transpose",

@@ -70,6 +70,11 @@ class FwdOp:
     concatenates their gradients before the op's own backward (``SplitBackward``'s ``torch.cat``,
     ``CatArrayBatchedCopy`` in a profile): one copy of the output, in the eager lowering only."""
 
+    @property
+    def fp8_weight_gemm(self) -> bool:
+        """An FP8 GEMM whose B operand is a trainable weight (what Transformer Engine quantizes)."""
+        return isinstance(self.op, Matmul) and self.op.dtype == "fp8" and self.weight
+
 
 @dataclass(frozen=True)
 class Layer:

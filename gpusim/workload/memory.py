@@ -27,7 +27,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from gpusim.workload.ops import Matmul
 from gpusim.workload.schedule import pipeline_order
 
 if TYPE_CHECKING:
@@ -117,7 +116,7 @@ def kept_fp8_weight_bytes(held: Sequence[Layer], *, tensor: int = 1, expert: int
     total = 0.0
     for layer in held:
         for f in layer.ops:
-            if f.weight and isinstance(f.op, Matmul) and f.op.dtype == "fp8":
+            if f.fp8_weight_gemm:
                 share = tensor * (expert if f.expert else 1)
                 total += f.op.num_b_matrices * f.op.k * f.op.n / share
     return KEPT_FP8_WEIGHT_BYTES * total
