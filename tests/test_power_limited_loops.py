@@ -32,11 +32,16 @@ def _fp16_loop(size: int):
     return next(c for c in load_kernel_cases() if c.case_id == f"l4_fp16_mm_{size}")
 
 
-def test_the_l4_rows_count_the_calls_of_their_script():
-    """zzc0721/torch-performance-test-data test.py: ``benchmark_precision(..., warmup=6, test_iters=30)``."""
-    rows = [c for c in load_kernel_cases() if c.gpu == "l4" and c.op == "matmul"]
-    assert len(rows) == 20 and all(loop_calls(c) == (6, 30) for c in rows)
-    assert all(loop_calls(c) is None for c in load_kernel_cases() if c.gpu != "l4")
+def test_the_loop_rows_count_the_calls_of_their_script():
+    """zzc0721/torch-performance-test-data test.py: ``benchmark_precision(..., warmup=6, test_iters=30)``
+    in the L4 issue; the earlier issues' rows say "10 warm-up + 30 timed" in their notes, and their
+    columns say the same. No other row counts calls."""
+    cases = load_kernel_cases()
+    l4 = [c for c in cases if c.gpu == "l4" and c.op == "matmul"]
+    assert len(l4) == 20 and all(loop_calls(c) == (6, 30) for c in l4)
+    stated = [c for c in cases if "10 warm-up + 30 timed" in c.notes]
+    assert len(stated) == 90 and all(loop_calls(c) == (10, 30) for c in stated)
+    assert all(loop_calls(c) is None for c in cases if c not in l4 and c not in stated)
 
 
 def test_a_card_that_is_never_limited_runs_every_call_at_one_rate(l4):
