@@ -4,6 +4,8 @@ a failed write leaves the old file as it was."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,23 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
     write_text_file(target, "new")
     assert target.read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]
+
+
+def test_a_written_file_gets_the_permissions_a_plain_write_would(tmp_path):
+    """A new file: 0666 less the umask (not the private 0600 of the temporary file it was written
+    as); a replaced file keeps its own mode."""
+    old_mask = os.umask(0o027)
+    try:
+        fresh = tmp_path / "fresh.json"
+        write_text_file(fresh, "{}")
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o640
+    finally:
+        os.umask(old_mask)
+    kept = tmp_path / "kept.json"
+    kept.write_text("old")
+    kept.chmod(0o604)
+    write_text_file(kept, "new")
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o604 and kept.read_text() == "new"
 
 
 @pytest.mark.parametrize("flag, value, message", [

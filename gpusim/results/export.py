@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -58,15 +59,19 @@ def check_figure_path(flag: str, destination: str) -> None:
 def atomic_output(destination: str | Path):
     """Yield a temporary path beside ``destination``; once the block has written it, it replaces
     ``destination`` in one step. A write that fails (a full disk, a directory in the way) leaves the
-    old file as it was and is one line: ``PATH: cannot write: REASON``."""
+    old file as it was and is one line: ``PATH: cannot write: REASON``. The file gets the permissions
+    a plain ``open(..., "w")`` would give it: those of the file it replaces, else 0666 less the umask
+    (the temporary file itself is created private, 0600)."""
     check_output_path(destination)
     path = Path(destination)
     tmp: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else 0o666 & ~_umask()
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp" + path.suffix, dir=path.parent)
         os.close(fd)
         tmp = Path(name)
+        os.chmod(tmp, mode)
         yield tmp
         os.replace(tmp, path)
         tmp = None
@@ -75,6 +80,13 @@ def atomic_output(destination: str | Path):
     finally:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it, then restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text_file(destination: str | Path, text: str) -> None:
