@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,48 @@ def test_a_written_file_gets_the_permissions_a_plain_write_would(tmp_path):
     kept.chmod(0o604)
     write_text_file(kept, "new")
     assert stat.S_IMODE(kept.stat().st_mode) == 0o604 and kept.read_text() == "new"
+
+
+def test_an_output_through_a_link_or_into_a_pipe_is_written_not_replaced(tmp_path):
+    """A symbolic link keeps pointing at its file, which gets the new text; a FIFO (as /dev/stdout
+    or /dev/null would be) is written into and stays a FIFO."""
+    target = tmp_path / "kept.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_text_file(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    write_text_file(fifo, "through the pipe")
+    reader.join(timeout=10)
+    assert received == ["through the pipe"] and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_an_output_that_is_an_input_is_refused_before_any_work(tmp_path, capsys):
+    """Writing a result over the description, measurements or result file the command reads would lose
+    it: one line, exit 2, the input untouched. So is one file for two outputs."""
+    hw = tmp_path / "hw.yaml"
+    hw.write_text((Path(__file__).parents[1] / "hwconfigs" / "h100_sxm5_80gb.yaml").read_text())
+    before = hw.read_text()
+    assert main(["run", str(hw), GEMM, "--json", str(hw)]) == 2
+    assert "--json: " in one_line_error(capsys) and hw.read_text() == before
+    same = tmp_path / "same.json"
+    assert main(["run", HW, GEMM, "--json", str(same), "--trace", str(same)]) == 2
+    assert "--trace: " in one_line_error(capsys) and not same.exists()
+    result = tmp_path / "r.json"
+    assert main(["run", HW, GEMM, "--json", str(result)]) == 0
+    capsys.readouterr()
+    kept = result.read_text()
+    assert main(["report", str(result), "--html", str(result)]) == 2
+    assert "--html: " in one_line_error(capsys) and result.read_text() == kept
+    csv = tmp_path / "k.csv"
+    csv.write_text((Path(__file__).parents[1] / "measurements" / "published" / "kernels.csv").read_text())
+    assert main(["calibrate", str(csv), "--base", HW, "-o", str(csv)]) == 2
+    assert "--output: " in one_line_error(capsys)
 
 
 @pytest.mark.parametrize("flag, value, message", [
@@ -303,3 +346,26 @@ def test_a_multi_gpu_run_on_an_uncalibrated_system_warns_once(capsys):
                  "--set", "gpu.calibration=null"]) == 0
     out = capsys.readouterr().out
     assert out.count("warning: dgx_h100 has no calibration: block") == 1
+
+
+def test_plot_sweep_names_the_column_that_is_wrong(tmp_path, capsys):
+    """An unknown --hue is one line listing the columns (it was a KeyError); a --y column without
+    numbers is blamed on --y, not on --x."""
+    results = tmp_path / "s.csv"
+    results.write_text("point_key,hardware,gpu.num_sms,total_time_s,tokens_per_s,error\n"
+                       "a,h100,66,0.002,,\nb,h100,132,0.001,,\n")
+    out = str(tmp_path / "p.png")
+    assert main(["plot", "sweep", str(results), "--x", "gpu.num_sms", "--y", "total_time_s", "--hue", "nosuch",
+                 "-o", out]) == 2
+    assert one_line_error(capsys).startswith(f"gpusim: {results}: nosuch: no such column (columns: hardware,")
+    assert main(["plot", "sweep", str(results), "--x", "gpu.num_sms", "--y", "tokens_per_s", "-o", out]) == 2
+    assert one_line_error(capsys) == f"gpusim: {results}: tokens_per_s: no numeric values to plot"
+    assert not Path(out).exists()
+
+
+@pytest.mark.parametrize("address", ["garbage", "http://localhost:1", "tcp://localhost:notaport"])
+def test_a_scheduler_that_is_not_an_address_is_one_line(tmp_path, capsys, address):
+    pytest.importorskip("distributed")
+    assert main(["sweep", HW, GEMM, "--scheduler", address, "--grid", "gpu.num_sms=66",
+                 "--out", str(tmp_path / "x.csv")]) == 2
+    assert one_line_error(capsys).startswith(f"gpusim: --scheduler: {address}: not a scheduler address")

@@ -206,3 +206,25 @@ def test_config_error_is_always_one_line():
     assert str(error) == "a.yaml: gpu.x: first line second line"
     assert (error.source, error.key_path) == ("a.yaml", "gpu.x")
     assert str(ConfigError("a.yaml", "", "file is empty")) == "a.yaml: file is empty"
+
+
+def test_deep_nesting_and_nested_aliases_are_one_line(tmp_path):
+    """A file nested past MAX_YAML_DEPTH, or a few lines of aliases that nest ('billion laughs': 9
+    aliases of the level below, 8 levels = 9^8 = 43 million values), is refused in one line, quickly,
+    instead of a RecursionError or an exhausted memory."""
+    from gpusim.config.loader import MAX_YAML_DEPTH
+
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 1000 + "]" * 1000 + "\n")
+    with pytest.raises(ConfigError, match=f"nested more than {MAX_YAML_DEPTH} levels deep"):
+        read_yaml(deep)
+    lines = ["l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ConfigError, match="more than 1,000,000 values once its aliases are expanded"):
+        read_yaml(bomb)
+    # aliases that stay small are plain YAML and still load
+    small = tmp_path / "small.yaml"
+    small.write_text("a: &a [1, 2]\nb: *a\n")
+    assert read_yaml(small) == {"a": [1, 2], "b": [1, 2]}

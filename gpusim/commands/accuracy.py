@@ -7,7 +7,8 @@ import argparse
 from gpusim.accuracy import op_group, run_accuracy, summarize
 from gpusim.commands.hw import non_negative_int
 from gpusim.errors import ConfigError, GpusimError
-from gpusim.results.export import atomic_output, check_figure_path, check_output_path, write_json
+from gpusim.results.export import (atomic_output, check_distinct_outputs, check_figure_path, check_output_path,
+                                   write_json)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cases", action="store_true", help="print every case, not only the worst")
     p.add_argument("--worst", type=non_negative_int, default=10, metavar="N", help="how many worst cases to print (default 10)")
     p.add_argument("--json", metavar="PATH", help="write per-case results and summaries as JSON (- for stdout)")
-    p.add_argument("--plot", metavar="PATH", help="save a measured-vs-simulated scatter (.png or .svg)")
+    p.add_argument("--plot", metavar="PATH", help="save a measured-vs-simulated scatter (.png, .svg or .pdf)")
     p.add_argument("--suite", choices=("kernels", "communication", "training", "all", "heldout", "measured"),
                    default="all",
                    help="which measurements: single-GPU kernels, collectives (communication.csv), multi-GPU "
@@ -138,10 +139,13 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise ConfigError("--workload-set", exc.key_path, exc.message) from None
     # outputs are checked before the (sometimes long) simulation
+    read = (*args.measurements, args.training_measurements)
     if args.plot:
         check_figure_path("--plot", args.plot)
+        check_output_path(args.plot, flag="--plot", inputs=read)
     if args.json and args.json != "-":
-        check_output_path(args.json)
+        check_output_path(args.json, flag="--json", inputs=read)
+    check_distinct_outputs({"--json": args.json, "--plot": args.plot})
     suite = "kernels" if args.measurements else asked
     if suite == "heldout":
         return _heldout_suite(args)

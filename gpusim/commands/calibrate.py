@@ -52,7 +52,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if not args.base:
         raise GpusimError("calibrate: --base HW is required (or pass --check)")
     if args.output:
-        check_output_path(args.output)  # before the fit, which takes a while
+        # before the fit, which takes a while
+        read = None if args.measurements == "published" else args.measurements
+        check_output_path(args.output, flag="--output", inputs=(read,))
     factors = fit_calibration(args.base, cases)
     if not factors:
         raise GpusimError(f"{label}: no case calibrates {args.base} (need large GEMMs, streams or copies)")

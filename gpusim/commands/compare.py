@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="Example: gpusim compare xeon_8480 a100_sxm4_80gb h100_sxm5_80gb resnet50_train -o compare.png")
     p.add_argument("names", metavar="HW... WORKLOAD", nargs="+", help="two or more HW, then the WORKLOAD")
     add_set_argument(p)
-    p.add_argument("-o", "--output", metavar="PATH", help="also draw a bar chart (.png or .svg)")
+    p.add_argument("-o", "--output", metavar="PATH", help="also draw a bar chart (.png, .svg or .pdf)")
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH (- for stdout)")
     p.add_argument("--no-energy", action="store_true", help="skip the energy model")
     p.set_defaults(func=cmd_compare)
@@ -58,12 +58,19 @@ def _progress(i: int, n: int, label: str) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from gpusim.errors import ConfigError
     from gpusim.report.plots import compare_figure, compare_rows, save_figure
-    from gpusim.results.export import write_json
+    from gpusim.results.export import check_distinct_outputs, check_figure_path, check_output_path, write_json
     from gpusim.units import format_quantity
 
     if len(args.names) < 2:
         raise ConfigError("command line", "HW", "give at least one HW and a WORKLOAD")
     *hardware_names, workload_name = args.names
+    # outputs are checked before the simulations
+    if args.output:
+        check_figure_path("--output", args.output)
+        check_output_path(args.output, flag="--output", inputs=args.names)
+    if args.json and args.json != "-":
+        check_output_path(args.json, flag="--json", inputs=args.names)
+    check_distinct_outputs({"--json": args.json, "--output": args.output})
     results = run_compare(hardware_names, workload_name, args.overrides, energy=not args.no_energy,
                           progress=_progress)
     rows = compare_rows(results)

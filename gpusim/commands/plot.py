@@ -71,16 +71,20 @@ def cmd_plot_sweep(args: argparse.Namespace) -> int:
         raise ConfigError(args.results, "", "no successful points to plot")
     xs = _numeric_column(rows, args.x, args.results)
     ys = _numeric_column(rows, args.y, args.results)
+    if args.hue and args.hue not in rows[0]:
+        known = ", ".join(k for k in rows[0] if k != "point_key")
+        raise ConfigError(args.results, args.hue, f"no such column (columns: {known})")
+    for column, values in ((args.x, xs), (args.y, ys)):
+        if all(v is None for v in values):
+            raise ConfigError(args.results, column, "no numeric values to plot")
     groups: dict[str, list[tuple[float, float]]] = {}
     for r, x, y in zip(rows, xs, ys):
         if x is None or y is None:
             continue
         label = r[args.hue] if args.hue else ""
         groups.setdefault(label, []).append((x, y))
-    if args.hue and rows and args.hue not in rows[0]:
-        raise ConfigError(args.results, args.hue, "no such column")
     if not groups:
-        raise ConfigError(args.results, args.x, "no numeric values to plot")
+        raise ConfigError(args.results, f"{args.x}, {args.y}", "no point has numbers in both columns")
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for label, pts in sorted(groups.items(), key=lambda kv: _sort_key(kv[0])):

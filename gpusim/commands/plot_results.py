@@ -26,7 +26,7 @@ def simulate_named(hardware_name: str, workload_name: str, overrides: list[str],
 def _common(p: argparse.ArgumentParser, default_name: str) -> None:
     add_set_argument(p)
     p.add_argument("-o", "--output", metavar="PATH", default=None,
-                   help=f"image file, .png or .svg (default {default_name}_<hw>_<workload>.png)")
+                   help=f"image file, .png, .svg or .pdf (default {default_name}_<hw>_<workload>.png)")
     p.add_argument("--launch", choices=("eager", "graph"), default="eager", help="kernel launch mode")
     p.add_argument("--unified-memory", action="store_true", help="page an oversubscribed working set")
     p.add_argument("--title", default=None, help="figure title")

@@ -126,6 +126,10 @@ def _markdown_to_html(text: str) -> str:
 def cmd_report(args: argparse.Namespace) -> int:
     from gpusim.report.data import read_result
 
+    if args.html:
+        from gpusim.results.export import check_output_path
+
+        check_output_path(args.html, flag="--html", inputs=(args.result,))
     result = read_result(args.result)
     if args.html:
         from gpusim.config import load_hardware

@@ -105,7 +105,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                                             "--out") from None
     journal_path = out.with_name(out.name + ".csv") if parquet else out
     for path in {out, journal_path}:
-        check_output_path(path)
+        check_output_path(path, flag="--out", inputs=(args.hardware, args.workload))
     journal = ResultsJournal(journal_path, columns_for(points))
 
     client = _client(args)
@@ -148,6 +148,9 @@ def _client(args):
             return Client(args.scheduler, timeout="20s")
         except OSError as exc:
             raise ConfigError("--scheduler", args.scheduler, f"cannot connect: {exc}") from None
+        except (ValueError, TypeError) as exc:  # not an address: no port, an unknown scheme
+            raise ConfigError("--scheduler", args.scheduler, f"not a scheduler address ({exc}); "
+                                                             "give one like tcp://HOST:8786") from None
     return local_client(args.workers)
 
 

@@ -71,11 +71,55 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+MAX_YAML_DEPTH = 100
+"""Deepest nesting of mappings and lists a description may have (the built-in ones use fewer than 10)."""
+MAX_YAML_NODES = 1_000_000
+"""Most values a description may hold once its aliases (``*name``) are expanded: a file of a few lines
+whose aliases nest ("billion laughs") would otherwise expand to more than memory holds."""
+
+
+def _check_expanded_size(root, source: str) -> None:
+    """Refuse a document nested deeper than MAX_YAML_DEPTH or holding more than MAX_YAML_NODES values
+    with every alias counted where it is used. Each node's expanded size is computed once (an alias
+    is the same node object as its anchor), so the check takes time linear in the file."""
+    sizes: dict[int, int] = {}
+
+    def size(node, depth: int) -> int:
+        if depth > MAX_YAML_DEPTH:
+            raise RecursionError
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        if isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        else:
+            children = []
+        total = 1 + sum(size(child, depth + 1) for child in children)
+        if total > MAX_YAML_NODES:
+            raise ConfigError(source, "", f"holds more than {MAX_YAML_NODES:,} values once its aliases are "
+                                          "expanded (nested aliases?)")
+        sizes[id(node)] = total
+        return total
+
+    size(root, 0)
+
+
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
     if not text.strip():
         raise ConfigError(source, "", "file is empty")
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        loader = _UniqueKeyLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is not None:
+                _check_expanded_size(node, source)
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
+    except RecursionError:
+        raise ConfigError(source, "", f"YAML nested more than {MAX_YAML_DEPTH} levels deep") from None
     except _DuplicateKey as exc:
         raise ConfigError(source, str(exc.key), f"line {exc.line}: key written twice in one mapping") from None
     except yaml.constructor.ConstructorError as exc:

@@ -2,7 +2,7 @@
 
 Every function returns a :class:`matplotlib.figure.Figure` built without pyplot (no global state, the
 Agg canvas), so callers and tests can inspect titles, labels and legends before saving it with
-:func:`save_figure` (PNG or SVG, chosen by the file suffix).
+:func:`save_figure` (PNG, SVG or PDF, chosen by the file suffix).
 """
 
 from __future__ import annotations
@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from gpusim.config.derived import summary
-from gpusim.errors import ConfigError
 
-FIGURE_SUFFIXES = (".png", ".svg")
 BOUND_COLORS = {
     "compute": "#1f77b4",
     "memory": "#d62728",
@@ -41,11 +39,12 @@ def _figure(width_in: float, height_in: float):
 
 
 def save_figure(fig, path: str | Path) -> Path:
-    """Write ``fig`` to ``path`` (.png or .svg); returns the path."""
+    """Write ``fig`` to ``path`` (.png, .svg or .pdf: :data:`gpusim.results.export.PLOT_SUFFIXES`);
+    returns the path."""
+    from gpusim.results.export import atomic_output, check_figure_path
+
     p = Path(path)
-    if p.suffix.lower() not in FIGURE_SUFFIXES:
-        raise ConfigError("command line", "-o", f"plot file must end in .png or .svg, not {p.name!r}")
-    from gpusim.results.export import atomic_output
+    check_figure_path("-o", str(p))
 
     with atomic_output(p) as tmp:
         fig.savefig(tmp, dpi=110 if p.suffix.lower() == ".png" else None)

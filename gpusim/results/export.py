@@ -9,7 +9,7 @@ import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from gpusim.errors import ConfigError, GpusimError
 from gpusim.results.result import SimulationResult, Span, track_stage
@@ -29,9 +29,10 @@ def write_json(data: Any, destination: str) -> None:
     write_text_file(destination, text + "\n")
 
 
-def check_output_path(destination: str | Path) -> None:
+def check_output_path(destination: str | Path, *, flag: str = "", inputs: Iterable[str | Path | None] = ()) -> None:
     """Refuse, before any work, an output path that cannot be a file: empty, a directory, or under a
-    file."""
+    file; and, given the command's ``inputs`` (the files it reads), one that is one of them (the run
+    would replace what it read: ``flag`` names the option that gave the path)."""
     path = Path(destination)
     if not str(destination).strip():
         raise GpusimError("output path is empty")
@@ -42,6 +43,34 @@ def check_output_path(destination: str | Path) -> None:
             if not parent.is_dir():
                 raise GpusimError(f"{path}: cannot write: {parent} is not a directory")
             break
+    for source in inputs:
+        if source is not None and str(source) != "-" and same_file(destination, source):
+            raise ConfigError("command line", flag or str(destination),
+                              f"{destination} is also a file this command reads ({source}); "
+                              "write the output elsewhere")
+
+
+def check_distinct_outputs(outputs: dict[str, str | Path | None]) -> None:
+    """Refuse two options (``{flag: path}``) that would write the same file: the second would replace
+    the first."""
+    seen: list[tuple[str, str | Path]] = []
+    for flag, path in outputs.items():
+        if path is None or str(path) == "-":
+            continue
+        for other_flag, other in seen:
+            if same_file(path, other):
+                raise ConfigError("command line", flag, f"{path} is also {other_flag}'s output; give each its own file")
+        seen.append((flag, path))
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one file (links followed; a path that does not exist yet by where it would be)."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        return False
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
@@ -61,9 +90,19 @@ def atomic_output(destination: str | Path):
     ``destination`` in one step. A write that fails (a full disk, a directory in the way) leaves the
     old file as it was and is one line: ``PATH: cannot write: REASON``. The file gets the permissions
     a plain ``open(..., "w")`` would give it: those of the file it replaces, else 0666 less the umask
-    (the temporary file itself is created private, 0600)."""
+    (the temporary file itself is created private, 0600). A symbolic link's target is replaced, not
+    the link; a device or pipe (``/dev/stdout``, a FIFO) is written into directly."""
     check_output_path(destination)
-    path = Path(destination)
+    if os.path.exists(destination) and not os.path.isfile(destination):
+        # a device, pipe or socket (/dev/stdout, /dev/null, a FIFO a reader waits on), or a link to
+        # one: written into, not replaced by a file
+        try:
+            yield Path(destination)
+        except OSError as exc:
+            raise GpusimError(f"{destination}: cannot write: {exc.strerror or exc}") from None
+        return
+    # through a symbolic link, the file it names is the one to replace
+    path = Path(os.path.realpath(destination))
     tmp: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -76,7 +115,7 @@ def atomic_output(destination: str | Path):
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:
-        raise GpusimError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise GpusimError(f"{destination}: cannot write: {exc.strerror or exc}") from None
     finally:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
