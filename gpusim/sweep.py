@@ -353,7 +353,7 @@ def read_results(path: Path | str) -> list[dict[str, str]]:
     path = Path(path)
     if not path.exists():
         raise ConfigError(str(path), "", "no such results file")
-    if path.suffix == ".parquet":
+    if path.suffix.lower() == ".parquet":
         try:
             import pyarrow.parquet as pq
         except ImportError:

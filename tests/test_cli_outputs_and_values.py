@@ -369,3 +369,14 @@ def test_a_scheduler_that_is_not_an_address_is_one_line(tmp_path, capsys, addres
     assert main(["sweep", HW, GEMM, "--scheduler", address, "--grid", "gpu.num_sms=66",
                  "--out", str(tmp_path / "x.csv")]) == 2
     assert one_line_error(capsys).startswith(f"gpusim: --scheduler: {address}: not a scheduler address")
+
+
+def test_a_power_cap_and_no_power_cap_together_are_refused(capsys):
+    assert main(["run", HW, GEMM, "--power-cap", "500W", "--no-power-cap"]) == 2
+    assert one_line_error(capsys) == "gpusim: command line: --no-power-cap: turns off the cap --power-cap sets: give one"
+
+
+def test_an_empty_sweep_output_is_named_as_such(capsys):
+    pytest.importorskip("distributed")
+    assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=66", "--out", ""]) == 2
+    assert one_line_error(capsys) == "gpusim: output path is empty"

@@ -228,3 +228,17 @@ def test_deep_nesting_and_nested_aliases_are_one_line(tmp_path):
     small = tmp_path / "small.yaml"
     small.write_text("a: &a [1, 2]\nb: *a\n")
     assert read_yaml(small) == {"a": [1, 2], "b": [1, 2]}
+
+
+def test_a_file_without_kind_or_a_hardware_section_may_be_a_workload(tmp_path, capsys):
+    """A workload that lost its ops: is checked as a description without kind: the line says what
+    either kind of file needs; a hardware file (it has its gpu: section) gets the plain message."""
+    lost = tmp_path / "lost_ops.yaml"
+    lost.write_text("schema_version: 1\nname: gemm\ndescription: one GEMM\n")
+    assert main(["check", str(lost)]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "kind: missing required key (gpu, cpu or system); a workload file has ops: or model: instead")
+    hardware = tmp_path / "no_kind.yaml"
+    hardware.write_text("schema_version: 1\nname: x\ngpu:\n  vendor: nvidia\n")
+    assert main(["check", str(hardware)]) == 2
+    assert capsys.readouterr().err.strip().endswith("kind: missing required key (gpu, cpu or system)")

@@ -65,6 +65,8 @@ def energy_options(args: argparse.Namespace) -> dict:
     from gpusim.units import parse_quantity
 
     out: dict = {"power_cap": not getattr(args, "no_power_cap", False)}
+    if getattr(args, "no_power_cap", False) and getattr(args, "power_cap", None) is not None:
+        raise ConfigError("command line", "--no-power-cap", "turns off the cap --power-cap sets: give one")
     for flag, attr, dim, key, example in (("--price-per-hour", "price_per_hour", "usd_per_s", "price_usd_per_s",
                                            "2.5USD/h"),
                                           ("--power-cap", "power_cap", "w", "tdp_w", "500W")):

@@ -95,8 +95,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     options = energy_options(args)
     options["launch_mode"] = args.launch
 
+    check_output_path(args.out, flag="--out")  # an empty path before it becomes "."
     out = Path(args.out)
-    parquet = out.suffix == ".parquet"
+    parquet = out.suffix.lower() == ".parquet"
     if parquet:
         try:
             import pyarrow  # noqa: F401

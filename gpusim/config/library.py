@@ -179,7 +179,10 @@ def load_hardware(name_or_path: str | Path, overrides: Sequence[tuple[str, Any]]
     kind = data.get("kind")
     if not isinstance(kind, str) or kind not in DESCRIPTION_CLASSES:
         if kind is None:
-            raise ConfigError(source, "kind", "missing required key (gpu, cpu or system)")
+            # a file with no hardware section may be a workload that lost its ops: or model:
+            hint = ("" if {"gpu", "cpu", "gpus", "host_cpu", "nodes", "extends"} & set(data)
+                    else "; a workload file has ops: or model: instead")
+            raise ConfigError(source, "kind", f"missing required key (gpu, cpu or system){hint}")
         raise ConfigError(source, "kind", f"must be one of gpu, cpu, system (got {kind!r})")
     if "schema_version" not in data:
         raise ConfigError(source, "schema_version", "missing required key (this gpusim reads schema_version: 1)")
