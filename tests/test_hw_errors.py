@@ -242,3 +242,10 @@ def test_a_file_without_kind_or_a_hardware_section_may_be_a_workload(tmp_path, c
     hardware.write_text("schema_version: 1\nname: x\ngpu:\n  vendor: nvidia\n")
     assert main(["check", str(hardware)]) == 2
     assert capsys.readouterr().err.strip().endswith("kind: missing required key (gpu, cpu or system)")
+
+
+def test_check_takes_built_in_names_as_run_does(capsys):
+    assert main(["check", "h100_sxm5_80gb", "llama2_7b_train"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["ok  h100_sxm5_80gb (gpu)", "ok  llama2_7b_train (workload)"]
+    assert main(["check", "h100_sxm5_80gbb"]) == 2
+    assert "did you mean h100_sxm5_80gb" in capsys.readouterr().err

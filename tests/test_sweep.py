@@ -292,10 +292,18 @@ def test_sweep_cli_errors_are_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and err.startswith("gpusim: ")
     assert good.read_text() == "keep"
+    # a swept key the description does not have would fail every point: one line before any work
     assert main(["sweep", HW, GEMM, "--grid", "gpu.l2.capacity=1MiB,2MiB", "--workers", "1", "--no-progress",
+                 "--out", str(tmp_path / "unknown_key.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "gpusim: --grid: gpu.l2.capacity: unknown key; did you mean capacity_bytes?"
+    assert not (tmp_path / "unknown_key.csv").exists()
+    # values no point accepts are found point by point
+    assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=0,-1", "--workers", "1", "--no-progress",
                  "--out", str(tmp_path / "all_fail.csv")]) == 2
     err = capsys.readouterr().err
-    assert "first error: " in err and "gpu.l2.capacity: unknown key" in err and "every point failed" in err
+    assert "first error: " in err and "gpu.num_sms: input should be greater than or equal to 1" in err
+    assert "every point failed" in err
     assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=100,132", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"gpusim: {tmp_path}: cannot write: Is a directory"
     assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=1,2", "--range", "x=1..2",

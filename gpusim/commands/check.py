@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from gpusim.config import load_hardware
 from gpusim.config.loader import read_yaml
@@ -23,7 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def check_file(path: str) -> str:
-    """Validate one file; returns what it is ('gpu', 'cpu', 'system' or 'workload'). Raises GpusimError."""
+    """Validate one file, or a built-in description or workload by name (as ``gpusim run`` takes it);
+    returns what it is ('gpu', 'cpu', 'system' or 'workload'). Raises GpusimError."""
+    if not Path(path).is_file():
+        path = str(_builtin(path))
     data = read_yaml(path)
     if "kind" in data or not ("ops" in data or "model" in data):
         return load_hardware(path).kind  # kind may be inherited through extends:
@@ -31,6 +35,20 @@ def check_file(path: str) -> str:
 
     load_workload(path)
     return "workload"
+
+
+def _builtin(name: str) -> Path:
+    """The file of a built-in hardware description or workload named ``name`` (hardware first, as
+    ``gpusim run`` reads its first argument); the hardware lookup's error if neither has it."""
+    from gpusim.config.library import resolve
+
+    try:
+        return resolve(name, "hwconfigs")
+    except GpusimError as hardware_error:
+        try:
+            return resolve(name, "workloads")
+        except GpusimError:
+            raise hardware_error from None
 
 
 def cmd_check(args: argparse.Namespace) -> int:

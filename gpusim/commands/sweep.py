@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 import time
 from pathlib import Path
@@ -92,6 +93,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     hw_fixed, wl_fixed = split_params(fixed)
     load_hardware(args.hardware, hw_fixed)
     load_workload(args.workload, wl_fixed)
+    # so is a swept key the description does not have (every point would fail on it); a bad value of
+    # a real key fails only its own points, as an error row
+    swept = [("--grid", key, values[0]) for key, values in grid]
+    swept += [("--range", r.key, r.sample(random.Random(args.seed))) for r in ranges]
+    for flag, key, value in swept:
+        hw_items, wl_items = split_params([*fixed, (key, value)])
+        try:
+            load_hardware(args.hardware, hw_items)
+            load_workload(args.workload, wl_items)
+        except ConfigError as exc:
+            if exc.message.startswith("unknown key"):
+                raise ConfigError(flag, exc.key_path or key, exc.message) from None
     options = energy_options(args)
     options["launch_mode"] = args.launch
 
