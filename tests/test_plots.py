@@ -161,3 +161,20 @@ def test_compare_command(tmp_path, capsys):
     assert rows[1]["speedup_vs_first"] == pytest.approx(rows[0]["time_s"] / rows[1]["time_s"])
     assert out.stat().st_size > 2000
     assert main(["compare", "mlp_mnist"]) == 2
+
+
+def test_a_run_without_kernels_plots_without_warnings(tmp_path, recwarn):
+    """A one-GPU all-reduce moves nothing: zero kernels, zero seconds. Its report and figures are drawn
+    without matplotlib's warnings (empty legends, a zero-height track axis)."""
+    from gpusim.cli import main
+
+    wl = tmp_path / "ar1.yaml"
+    wl.write_text("schema_version: 1\nname: ar1\nops:\n"
+                  "  - {name: ar, op: all_reduce, num_bytes: 1 MiB, num_gpus: 1, dtype: bf16}\n")
+    result = tmp_path / "ar1.json"
+    assert main(["run", "h100_sxm5_80gb", str(wl), "--json", str(result)]) == 0
+    assert json.loads(result.read_text())["kernels"] == []
+    assert main(["report", str(result), "--html", str(tmp_path / "ar1.html")]) == 0
+    assert main(["plot", "timeline", str(result), "-o", str(tmp_path / "t.png")]) == 0
+    assert main(["plot", "breakdown", str(result), "-o", str(tmp_path / "b.png")]) == 0
+    assert [str(w.message) for w in recwarn if issubclass(w.category, UserWarning)] == []

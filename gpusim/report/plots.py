@@ -38,6 +38,13 @@ def _figure(width_in: float, height_in: float):
     return Figure(figsize=(width_in, height_in), layout="constrained")
 
 
+def _legend(ax) -> None:
+    """A small legend in the upper right, where the axes have labelled artists (a run without
+    kernels has none, and matplotlib would warn)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="upper right")
+
+
 def save_figure(fig, path: str | Path) -> Path:
     """Write ``fig`` to ``path`` (.png, .svg or .pdf: :data:`gpusim.results.export.PLOT_SUFFIXES`);
     returns the path."""
@@ -198,7 +205,7 @@ def timeline_figure(result, *, title: str | None = None, max_spans: int = 50_000
     for (row, color, alpha), bars in groups.items():
         ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=color, alpha=alpha, linewidth=0)
     ax.set_yticks(range(len(tracks)), tracks)
-    ax.set_ylim(len(tracks) - 0.5, -0.5)
+    ax.set_ylim(max(len(tracks), 1) - 0.5, -0.5)
     ax.set_xlim(0, end * scale * 1.01)
     ax.set_xlabel(f"time ({unit})")
     ax.set_ylabel("track")
@@ -274,12 +281,12 @@ def breakdown_figure(result, *, title: str | None = None, max_groups: int = 24):
     ax0.set_ylabel(f"time ({unit})")
     ax0.set_xlabel("category")
     ax0.set_title("time by category", fontsize=9)
-    ax0.legend(fontsize=7, loc="upper right")
+    _legend(ax0)
     _stacked(ax1, breakdown_table(result, "op"), scale, max_groups, sort=True)
     ax1.set_title("per kernel kind", fontsize=9)
     ax1.set_xlabel("kernel kind (op)")
     ax1.set_ylabel(f"time ({unit})")
-    ax1.legend(fontsize=7, loc="upper right")
+    _legend(ax1)
     by_layer = breakdown_table(result, "layer")
     second = "layer" if len(by_layer) > 1 else "phase"
     table = by_layer if second == "layer" else breakdown_table(result, "phase")
@@ -289,7 +296,7 @@ def breakdown_figure(result, *, title: str | None = None, max_groups: int = 24):
     ax2.set_title(f"per {second}", fontsize=9)
     ax2.set_xlabel(second)
     ax2.set_ylabel(f"time ({unit})")
-    ax2.legend(fontsize=7, loc="upper right")
+    _legend(ax2)
     if second == "layer" and len(table) > 30:
         ax2.set_xticks([])
     fig.suptitle(title or f"Time breakdown: {result.workload} on {result.hardware} "
