@@ -380,3 +380,15 @@ def test_an_empty_sweep_output_is_named_as_such(capsys):
     pytest.importorskip("distributed")
     assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=66", "--out", ""]) == 2
     assert one_line_error(capsys) == "gpusim: output path is empty"
+
+
+def test_accuracy_names_the_rows_it_skips(tmp_path, capsys):
+    """A row of the user's own file that gpusim cannot score (here: a GPU it has no description of) is
+    named in the skipped line, not only counted."""
+    published = (Path(__file__).parents[1] / "measurements" / "published" / "kernels.csv").read_text().splitlines()
+    row = next(line for line in published if line.startswith("h100_sxm_bf16_mm_4096,"))
+    mine = tmp_path / "mine.csv"
+    mine.write_text("\n".join([published[0], row.replace("h100_sxm_bf16_mm_4096,h100_sxm5_80gb,",
+                                                          "mine_a,h100_sxm5_80gbb,", 1)]) + "\n")
+    assert main(["accuracy", "--suite", "kernels", "--measurements", str(mine)]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "skipped: 1 no hardware description (mine_a)"

@@ -292,7 +292,7 @@ def _cluster_suites(args: argparse.Namespace, suites: tuple[str, ...]) -> int:
             print(f"  {s.group:<40} {s.num_cases:4d} cases  MAPE {s.mape_fraction:6.1%}  <=10% {s.within_10_fraction:4.0%}"
                   f"  <=25% {s.within_25_fraction:4.0%}  worst {_pct(s.worst_error_fraction)}")
         if skipped:
-            print(f"  skipped {len(skipped)}: " + "; ".join(sorted({s.reason for s in skipped})))
+            print(f"  skipped {_skipped_line(skipped)}")
         print()
     if args.json:
         write_json(_cluster_json(out), args.json)
@@ -381,8 +381,17 @@ def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -
             print(f"{s.group[:34]:<34} {_summary_cells(s)}")
         print()
     if skipped:
-        reasons: dict[str, int] = {}
-        for s in skipped:
-            reasons[s.reason] = reasons.get(s.reason, 0) + 1
-        print("skipped: " + "; ".join(f"{n} {reason}" for reason, n in sorted(reasons.items())))
+        print(f"skipped: {_skipped_line(skipped)}")
     return 0
+
+
+def _skipped_line(skipped) -> str:
+    """``3 no such hardware (a, b, c); 1 ...``: the skipped cases by reason, naming up to three of each."""
+    by_reason: dict[str, list[str]] = {}
+    for s in skipped:
+        by_reason.setdefault(s.reason, []).append(s.case_id)
+    parts = []
+    for reason, ids in sorted(by_reason.items()):
+        named = ", ".join(ids[:3]) + (f", ... {len(ids) - 3} more" if len(ids) > 3 else "")
+        parts.append(f"{len(ids)} {reason} ({named})")
+    return "; ".join(parts)
