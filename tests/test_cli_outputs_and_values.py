@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpusim.cli import main
+from gpusim.config import library
 from gpusim.errors import GpusimError
 from gpusim.results.export import atomic_output, write_text_file
 
@@ -86,6 +87,15 @@ def test_an_output_that_is_an_input_is_refused_before_any_work(tmp_path, capsys)
     before = hw.read_text()
     assert main(["run", str(hw), GEMM, "--json", str(hw)]) == 2
     assert "--json: " in one_line_error(capsys) and hw.read_text() == before
+    # a built-in name stands for its file (here a copy of the built-in folder, so nothing real is at stake)
+    builtin = tmp_path / "builtin_hwconfigs"
+    builtin.mkdir()
+    (builtin / "h100_sxm5_80gb.yaml").write_text(before)
+    real_dir = library.builtin_dir
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(library, "builtin_dir", lambda kind: builtin if kind == "hwconfigs" else real_dir(kind))
+        assert main(["run", HW, GEMM, "--json", str(builtin / "h100_sxm5_80gb.yaml")]) == 2
+    assert "--json: " in one_line_error(capsys) and (builtin / "h100_sxm5_80gb.yaml").read_text() == before
     same = tmp_path / "same.json"
     assert main(["run", HW, GEMM, "--json", str(same), "--trace", str(same)]) == 2
     assert "--trace: " in one_line_error(capsys) and not same.exists()

@@ -65,11 +65,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError("command line", "HW", "give at least one HW and a WORKLOAD")
     *hardware_names, workload_name = args.names
     # outputs are checked before the simulations
+    from gpusim.commands.run import input_files
+
+    read = input_files(hardware_names, workload_name)
     if args.output:
         check_figure_path("--output", args.output)
-        check_output_path(args.output, flag="--output", inputs=args.names)
+        check_output_path(args.output, flag="--output", inputs=read)
     if args.json and args.json != "-":
-        check_output_path(args.json, flag="--json", inputs=args.names)
+        check_output_path(args.json, flag="--json", inputs=read)
     check_distinct_outputs({"--json": args.json, "--output": args.output})
     results = run_compare(hardware_names, workload_name, args.overrides, energy=not args.no_energy,
                           progress=_progress)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
+from typing import Sequence
 
 from gpusim.commands.hw import add_set_argument
 from gpusim.config.loader import parse_set_items
@@ -87,13 +88,29 @@ def energy_options(args: argparse.Namespace) -> dict:
 _NUMBER_WITH_UNIT = re.compile(r"^[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?\s*[A-Za-z/$]")
 
 
+def input_files(hardware_names: Sequence[str], workload: str) -> tuple[str, ...]:
+    """The files hardware and workload arguments stand for (a built-in name: its file in hwconfigs/ or
+    workloads/), for the output checks; a name that stands for nothing is kept as given (its own
+    error comes when it is loaded)."""
+    from gpusim.config.library import resolve
+    from gpusim.errors import GpusimError
+
+    files = []
+    for name, kind in [*((h, "hwconfigs") for h in hardware_names), (workload, "workloads")]:
+        try:
+            files.append(str(resolve(name, kind)))
+        except GpusimError:
+            files.append(name)
+    return tuple(files)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from gpusim.errors import ConfigError
 
     # outputs are checked before the simulation, which may be long
     if args.trace == "-":
         raise ConfigError("command line", "--trace", "give a file path (only --json writes to stdout with -)")
-    inputs = (args.hardware, args.workload)
+    inputs = input_files([args.hardware], args.workload)
     for flag, path in (("--trace", args.trace), ("--json", None if args.json == "-" else args.json)):
         if path is not None:
             check_output_path(path, flag=flag, inputs=inputs)

@@ -50,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from gpusim.commands.run import energy_options
+    from gpusim.commands.run import energy_options, input_files
     from gpusim.config import load_hardware
     from gpusim.config.loader import parse_set_items
     from gpusim.results.export import check_output_path
@@ -119,7 +119,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                                             "--out") from None
     journal_path = out.with_name(out.name + ".csv") if parquet else out
     for path in {out, journal_path}:
-        check_output_path(path, flag="--out", inputs=(args.hardware, args.workload))
+        check_output_path(path, flag="--out", inputs=input_files([args.hardware], args.workload))
     journal = ResultsJournal(journal_path, columns_for(points))
 
     client = _client(args)
