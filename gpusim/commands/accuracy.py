@@ -7,8 +7,7 @@ import argparse
 from gpusim.accuracy import op_group, run_accuracy, summarize
 from gpusim.commands.hw import non_negative_int
 from gpusim.errors import ConfigError, GpusimError
-from gpusim.results.export import (atomic_output, check_distinct_outputs, check_figure_path, check_output_path,
-                                   write_json)
+from gpusim.results.export import atomic_output, check_outputs, write_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -139,13 +138,8 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             raise ConfigError("--workload-set", exc.key_path, exc.message) from None
     # outputs are checked before the (sometimes long) simulation
-    read = (*args.measurements, args.training_measurements)
-    if args.plot:
-        check_figure_path("--plot", args.plot)
-        check_output_path(args.plot, flag="--plot", inputs=read)
-    if args.json and args.json != "-":
-        check_output_path(args.json, flag="--json", inputs=read)
-    check_distinct_outputs({"--json": args.json, "--plot": args.plot})
+    check_outputs({"--plot": args.plot or None, "--json": args.json or None},
+                  inputs=(*args.measurements, args.training_measurements), figures=("--plot",))
     suite = "kernels" if args.measurements else asked
     if suite == "heldout":
         return _heldout_suite(args)

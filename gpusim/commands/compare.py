@@ -58,7 +58,7 @@ def _progress(i: int, n: int, label: str) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from gpusim.errors import ConfigError
     from gpusim.report.plots import compare_figure, compare_rows, save_figure
-    from gpusim.results.export import check_distinct_outputs, check_figure_path, check_output_path, write_json
+    from gpusim.results.export import check_outputs, write_json
     from gpusim.units import format_quantity
 
     if len(args.names) < 2:
@@ -67,13 +67,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     # outputs are checked before the simulations
     from gpusim.commands.run import input_files
 
-    read = input_files(hardware_names, workload_name)
-    if args.output:
-        check_figure_path("--output", args.output)
-        check_output_path(args.output, flag="--output", inputs=read)
-    if args.json and args.json != "-":
-        check_output_path(args.json, flag="--json", inputs=read)
-    check_distinct_outputs({"--json": args.json, "--output": args.output})
+    check_outputs({"--output": args.output or None, "--json": args.json or None},
+                  inputs=input_files(hardware_names, workload_name), figures=("--output",))
     results = run_compare(hardware_names, workload_name, args.overrides, energy=not args.no_energy,
                           progress=_progress)
     rows = compare_rows(results)

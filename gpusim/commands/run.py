@@ -10,7 +10,7 @@ from typing import Sequence
 from gpusim.commands.hw import add_set_argument
 from gpusim.config.loader import parse_set_items
 from gpusim.energy import with_energy
-from gpusim.results.export import check_distinct_outputs, check_output_path, write_json, write_trace
+from gpusim.results.export import check_outputs, write_json, write_trace
 from gpusim.runner import load_and_simulate, split_overrides
 from gpusim.units import format_quantity
 
@@ -110,11 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # outputs are checked before the simulation, which may be long
     if args.trace == "-":
         raise ConfigError("command line", "--trace", "give a file path (only --json writes to stdout with -)")
-    inputs = input_files([args.hardware], args.workload)
-    for flag, path in (("--trace", args.trace), ("--json", None if args.json == "-" else args.json)):
-        if path is not None:
-            check_output_path(path, flag=flag, inputs=inputs)
-    check_distinct_outputs({"--json": args.json, "--trace": args.trace})
+    check_outputs({"--json": args.json, "--trace": args.trace}, inputs=input_files([args.hardware], args.workload))
     hw_overrides, wl_items = split_overrides(parse_set_items(args.overrides))
     hardware, result = load_and_simulate(args.hardware, args.workload, hw_overrides, wl_items,
                                          launch_mode=args.launch, unified_memory=args.unified_memory,

@@ -118,8 +118,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise ConfigError(str(out), "", "writing Parquet needs pyarrow (pip install pyarrow); use a .csv "
                                             "--out") from None
     journal_path = out.with_name(out.name + ".csv") if parquet else out
+    read = input_files([args.hardware], args.workload)
     for path in {out, journal_path}:
-        check_output_path(path, flag="--out", inputs=input_files([args.hardware], args.workload))
+        check_output_path(path, flag="--out", inputs=read)
     journal = ResultsJournal(journal_path, columns_for(points))
 
     client = _client(args)

@@ -50,13 +50,21 @@ def check_output_path(destination: str | Path, *, flag: str = "", inputs: Iterab
                               "write the output elsewhere")
 
 
-def check_distinct_outputs(outputs: dict[str, str | Path | None]) -> None:
-    """Refuse two options (``{flag: path}``) that would write the same file: the second would replace
-    the first."""
+def check_outputs(outputs: dict[str, str | Path | None], *, inputs: Iterable[str | Path | None] = (),
+                  figures: Iterable[str] = ()) -> None:
+    """Check, before any work, every output option of a command (``{flag: path}``; None: not given,
+    ``-``: stdout): each with :func:`check_output_path` against the command's ``inputs`` (the
+    ``figures`` flags with :func:`check_figure_path`), then that no two options would write the same
+    file (the second would replace the first)."""
+    figures = set(figures)
+    given = {flag: path for flag, path in outputs.items() if path is not None and str(path) != "-"}
+    for flag, path in given.items():
+        if flag in figures:
+            check_figure_path(flag, str(path), inputs=inputs)
+        else:
+            check_output_path(path, flag=flag, inputs=inputs)
     seen: list[tuple[str, str | Path]] = []
-    for flag, path in outputs.items():
-        if path is None or str(path) == "-":
-            continue
+    for flag, path in given.items():
         for other_flag, other in seen:
             if same_file(path, other):
                 raise ConfigError("command line", flag, f"{path} is also {other_flag}'s output; give each its own file")
@@ -77,11 +85,12 @@ PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 """What ``--out``/``--plot`` figures may be written as (matplotlib picks the format from the suffix)."""
 
 
-def check_figure_path(flag: str, destination: str) -> None:
-    """Refuse, before any work, a figure path with another suffix or one that cannot be written."""
+def check_figure_path(flag: str, destination: str, inputs: Iterable[str | Path | None] = ()) -> None:
+    """Refuse, before any work, a figure path with another suffix or one that cannot be written
+    (see :func:`check_output_path` for ``inputs``)."""
     if Path(destination).suffix.lower() not in PLOT_SUFFIXES:
         raise ConfigError(flag, destination, "figure file must end in .png, .svg or .pdf")
-    check_output_path(destination)
+    check_output_path(destination, flag=flag, inputs=inputs)
 
 
 @contextmanager
