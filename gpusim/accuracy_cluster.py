@@ -247,6 +247,9 @@ INFERENCE_MODELS = {  # model column -> a built-in workload with its architectur
     "llama2_70b": "llama2_70b_inference", "llama_70b": "llama2_70b_inference",
 }
 INFERENCE_MODES = ("decode", "prefill", "serve_throughput")
+NATIVE_RUNTIMES = ("TensorRT-LLM", "lmdeploy")
+"""Inference runtimes whose kernels are launched by compiled C++ (the ``native`` launch mode)."""
+
 GPT_FAST_NEW_TOKENS = 200
 """gpt-fast's ``generate.py`` default ``--max_new_tokens`` (its README's benchmarks use the defaults)."""
 
@@ -279,8 +282,14 @@ def _inference_workload(case):
         return f"mode {case.mode} is not an inference mode gpusim runs"
     if not prompt or (case.mode != "prefill" and not generate):
         return "prompt or output length not stated"
-    # torch.compile(mode="reduce-overhead") replays CUDA graphs; the C++ runtimes launch eagerly
-    launch = "graph" if "torch.compile" in software else "eager"
+    # torch.compile(mode="reduce-overhead") replays CUDA graphs; TensorRT-LLM's and LMDeploy's (TurboMind)
+    # C++ runtimes launch each kernel from compiled code, without Python's per-op cost
+    if "torch.compile" in software:
+        launch = "graph"
+    elif software.startswith(NATIVE_RUNTIMES):
+        launch = "native"
+    else:
+        launch = "eager"
     items = [f"batch_size={batch}", f"prompt_len={prompt}", f"generate_len={generate}",
              f"precision={case.precision or 'fp16'}"]
     if generate:

@@ -9,6 +9,7 @@ import pytest
 from gpusim.cli import main
 from gpusim.config import list_hardware, load_hardware
 from gpusim.engine.simulate import simulate
+from gpusim.errors import SimulationError
 from gpusim.workload import list_workloads, load_workload
 
 HARDWARE = [name for name, _ in list_hardware()]
@@ -107,6 +108,30 @@ def test_small_kernels_are_launch_bound_in_eager_mode_and_graphs_help():
     assert graph.total_time_s < eager.total_time_s
     assert graph.total_time_s <= device_s * (1 + 1e-9)
     assert eager.total_time_s - graph.total_time_s >= 0.5 * saved_s
+
+
+def test_native_launches_space_launch_bound_kernels_by_the_native_launch_cost(tmp_path):
+    # 50 element-wise ops of 256 values each: every kernel is shorter than any host launch cost, so the
+    # stream waits on the host and the run is 50 launches plus the last kernel
+    ops = "\n".join(f"  - {{name: add{i}, op: elementwise, function: add, num_elements: 256, dtype: fp32}}"
+                     for i in range(50))
+    path = tmp_path / "tiny_ops.yaml"
+    path.write_text(f"schema_version: 1\nname: tiny-ops\nops:\n{ops}\n")
+    hw, wl = load_hardware("h100_sxm5_80gb"), load_workload(str(path))
+    launch = hw.gpu.launch
+    runs = {mode: simulate(hw, wl, launch_mode=mode, record_spans=False) for mode in ("eager", "native", "graph")}
+    native = runs["native"]
+    last = max(native.kernels, key=lambda k: k.start_s)
+    assert last.time_s < launch.native_kernel_launch_s
+    assert native.total_time_s == pytest.approx(50 * launch.native_kernel_launch_s + last.time_s)
+    assert runs["graph"].total_time_s < native.total_time_s < runs["eager"].total_time_s
+
+
+def test_the_native_launch_mode_needs_its_launch_cost():
+    hw = load_hardware("xeon_8480")
+    assert hw.cpu.launch.native_kernel_launch_s is None
+    with pytest.raises(SimulationError, match="native_kernel_launch_s is not set"):
+        simulate(hw, load_workload("mlp_mnist"), launch_mode="native")
 
 
 def test_a_workload_that_does_not_fit_is_reported_and_unified_memory_pages_it():

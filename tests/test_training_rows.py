@@ -76,10 +76,10 @@ def test_gpt_fast_decode_rows_replay_cuda_graphs_and_count_the_default_200_new_t
     assert {"parallelism.tensor=4", "prompt_len=5", f"generate_len={GPT_FAST_NEW_TOKENS}", "batch_size=1"} <= set(items)
 
 
-def test_first_token_rows_time_the_prompt_alone_with_eager_launches():
+def test_first_token_rows_time_the_prompt_alone_with_native_launches():
     hardware, _, name, items, launch, counted = _inference_workload(
         _case("trtllm_v0p5_llama_70b_fp8_h100_first_token_in2048_tp4"))
-    assert (hardware, name, launch, counted) == ("dgx_h100", "llama2_70b_inference", "eager", None)
+    assert (hardware, name, launch, counted) == ("dgx_h100", "llama2_70b_inference", "native", None)
     assert {"prompt_len=2048", "generate_len=0", "precision=fp8", "parallelism.tensor=4"} <= set(items)
 
 
@@ -96,8 +96,16 @@ def test_serving_throughput_counts_output_tokens_over_the_whole_batch_run():
     (result,), _ = run_training([case])
     workload = load_workload("llama2_7b_inference", ["batch_size=64", "prompt_len=128", "generate_len=128",
                                                      "decode_buckets=4", "precision=fp16"])
-    total_s = simulate(load_hardware("a100_sxm4_80gb"), workload).total_time_s
+    total_s = simulate(load_hardware("a100_sxm4_80gb"), workload, launch_mode="native").total_time_s
     assert result.simulated == pytest.approx(64 * 128 / total_s)
+
+
+def test_compiled_runtimes_launch_natively_and_pytorch_eagerly():
+    # TensorRT-LLM and LMDeploy (TurboMind) launch from C++; NeuSight's Hugging Face models from Python
+    assert _inference_workload(_case("lmdeploy_llama2_7b_fp16_a100"))[4] == "native"
+    assert _inference_workload(_case("trtllm_v0p9_llama_7b_fp8_h200_b896"))[4] == "native"
+    (result,), _ = run_training([_case("neusight_gpt2_large_inference_1024x4_h100")])
+    assert result.note == "1 GPU, eager"
 
 
 HELDOUT = heldout_dir() / "llmfoundry_h100_sequence_sweep.csv"

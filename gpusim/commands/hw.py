@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from gpusim.config import list_hardware, load_hardware, summary
+from gpusim.config.hardware import LAUNCH_MODES
 from gpusim.config.library import display_path, read_description
 from gpusim.units import format_quantity
 
@@ -14,6 +15,13 @@ from gpusim.units import format_quantity
 def add_set_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY.PATH=VALUE",
                         help="override a hardware value, with units (e.g. --set gpu.dram.bandwidth_bytes_per_s=4.8TB/s)")
+
+
+def add_launch_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--launch", choices=LAUNCH_MODES, default="eager",
+                        help="how the host issues kernels: eager (PyTorch eager ops, launch.kernel_launch_s each), "
+                             "native (a compiled runtime such as TensorRT-LLM, launch.native_kernel_launch_s) or "
+                             "graph (CUDA-graph replay, launch.graph_kernel_launch_s); default eager")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpusim.commands.hw import add_set_argument
+from gpusim.commands.hw import add_launch_argument, add_set_argument
 
 
 def simulate_named(hardware_name: str, workload_name: str, overrides: list[str], *, launch_mode: str = "eager",
@@ -27,7 +27,7 @@ def _common(p: argparse.ArgumentParser, default_name: str) -> None:
     add_set_argument(p)
     p.add_argument("-o", "--output", metavar="PATH", default=None,
                    help=f"image file, .png, .svg or .pdf (default {default_name}_<hw>_<workload>.png)")
-    p.add_argument("--launch", choices=("eager", "graph"), default="eager", help="kernel launch mode")
+    add_launch_argument(p)
     p.add_argument("--unified-memory", action="store_true", help="page an oversubscribed working set")
     p.add_argument("--title", default=None, help="figure title")
 

@@ -7,7 +7,7 @@ import math
 import re
 from typing import Sequence
 
-from gpusim.commands.hw import add_set_argument
+from gpusim.commands.hw import add_launch_argument, add_set_argument
 from gpusim.config.loader import parse_set_items
 from gpusim.energy import with_energy
 from gpusim.results.export import check_outputs, write_json, write_trace
@@ -26,8 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_set_argument(p)
     p.add_argument("--json", metavar="PATH", help="write the result as JSON to PATH (- for stdout)")
     p.add_argument("--trace", metavar="PATH", help="write a Chrome/Perfetto trace (open in ui.perfetto.dev)")
-    p.add_argument("--launch", choices=("eager", "graph"), default="eager",
-                   help="eager kernel launches or CUDA-graph replay (default eager)")
+    add_launch_argument(p)
     p.add_argument("--unified-memory", action="store_true",
                    help="page a working set larger than device memory over the host link")
     add_energy_arguments(p)

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from gpusim.commands.hw import add_launch_argument
 from gpusim.errors import ConfigError
 
 
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="an existing Dask scheduler (tcp://host:8786); default: a local cluster")
     p.add_argument("--workers", type=int, metavar="N", help="local cluster size (default: one per core)")
-    p.add_argument("--launch", choices=("eager", "graph"), default="eager")
+    add_launch_argument(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_energy_arguments(p)
     p.set_defaults(func=cmd_sweep)

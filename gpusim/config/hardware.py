@@ -326,16 +326,30 @@ class PowerSpec(Spec):
         return self
 
 
+LAUNCH_MODES = ("eager", "native", "graph")
+"""How the host issues kernels: PyTorch eager ops (``kernel_launch_s`` each), a compiled runtime calling
+the driver (``native_kernel_launch_s``), or a CUDA-graph replay (``graph_kernel_launch_s``)."""
+
+
 class LaunchSpec(Spec):
     kernel_launch_s: Seconds
     """Host-side cost of one eager kernel launch (launches back to back are spaced by it)."""
     graph_kernel_launch_s: Seconds
     """Per-kernel gap when kernels are replayed from a CUDA graph."""
+    native_kernel_launch_s: Optional[Seconds] = None
+    """Host-side cost of one kernel launch from a compiled runtime (TensorRT-LLM, LMDeploy's TurboMind:
+    C++ that calls the driver's launch directly, with no Python or framework dispatcher in between).
+    Unset: the ``native`` launch mode is refused for this description."""
 
     @model_validator(mode="after")
     def _graph_cheaper(self) -> "LaunchSpec":
         if self.graph_kernel_launch_s > self.kernel_launch_s:
             raise field_error("graph_kernel_launch_s", "graph launches cost more than eager kernel_launch_s")
+        native = self.native_kernel_launch_s
+        if native is not None and native > self.kernel_launch_s:
+            raise field_error("native_kernel_launch_s", "native launches cost more than eager kernel_launch_s")
+        if native is not None and native < self.graph_kernel_launch_s:
+            raise field_error("native_kernel_launch_s", "native launches cost less than graph_kernel_launch_s")
         return self
 
 

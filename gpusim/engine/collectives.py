@@ -110,15 +110,16 @@ class Fabric:
 
 def fabric_of(hardware, launch_mode: str = "eager") -> Fabric:
     """The :class:`Fabric` of a system description (a single GPU description is a one-GPU system).
-    ``launch_mode`` ``graph``: collectives are replayed from a CUDA graph, so each costs a graph kernel
-    launch instead of an eager one."""
+    ``launch_mode`` (``eager``, ``native`` or ``graph``) sets the host cost of each collective's launch
+    (:meth:`~gpusim.engine.machine.Machine.host_launch_s`)."""
     gpu = hardware.gpu
     cal = gpu.calibration
     peer_fraction = (cal.peer_link_fraction if cal is not None and cal.peer_link_fraction else 1.0)
     host_fraction = (cal.host_link_fraction if cal is not None and cal.host_link_fraction else 1.0)
-    launch = gpu.launch.graph_kernel_launch_s if launch_mode == "graph" else gpu.launch.kernel_launch_s
+    machine = machine_from_gpu(hardware.name, gpu)
+    launch = machine.host_launch_s(launch_mode)
     nvls = (cal.in_switch_reduction_fraction if cal is not None and cal.in_switch_reduction_fraction else 1.0)
-    dram = machine_from_gpu(hardware.name, gpu).dram_achievable_bytes_per_s
+    dram = machine.dram_achievable_bytes_per_s
     device_launch = gpu.launch.graph_kernel_launch_s
     if hardware.kind != "system":
         return Fabric(hardware.name, 1, 1, "none", 0.0, 0, 0.0, 0.0, False, 0.0, 0.0, launch, nvls,

@@ -130,10 +130,25 @@ class Machine:
     """Who issues one native matrix instruction: ``warp``, ``warpgroup`` or ``cta`` (see TensorCoreSpec)."""
     native_mma_stride_alignment_bytes: int | None = None
     """Stride multiple the native matrix path needs (see TensorCoreSpec); None: no requirement."""
+    native_kernel_launch_s: float | None = None
+    """Host cost of one launch from a compiled runtime (see LaunchSpec); None: not described."""
     fp8_promotion_in_series: bool = False
     """True when the libraries' split-accumulator FP8 GEMMs wait for their products before adding the
     partial sums into FP32 registers (see :meth:`with_in_series_fp8_promotion`); False: the adds
     overlap the next products."""
+
+    def host_launch_s(self, launch_mode: str) -> float:
+        """Host seconds between two kernel launches in ``launch_mode``: ``eager`` (a PyTorch eager op:
+        Python, dispatcher and driver call), ``native`` (a compiled runtime calling the driver) or
+        ``graph`` (a CUDA-graph replay: only the device-side gap)."""
+        if launch_mode == "graph":
+            return self.graph_kernel_launch_s
+        if launch_mode == "native":
+            if self.native_kernel_launch_s is None:
+                raise SimulationError(f"{self.name}: launch.native_kernel_launch_s is not set, so the native "
+                                      "launch mode cannot be simulated on it")
+            return self.native_kernel_launch_s
+        return self.kernel_launch_s
 
     def with_in_series_fp8_promotion(self) -> "Machine":
         """The device as libraries whose split-accumulator FP8 GEMMs promote in series use it: the
@@ -329,6 +344,7 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         host_memory_bytes=gpu.host_link.host_memory_bytes,
         kernel_launch_s=gpu.launch.kernel_launch_s,
         graph_kernel_launch_s=gpu.launch.graph_kernel_launch_s,
+        native_kernel_launch_s=gpu.launch.native_kernel_launch_s,
         calibration=_calibration(gpu.calibration),
         max_cluster_size=gpu.sm.max_cluster_size or 1,
         l2_set_associativity=gpu.l2.set_associativity,
@@ -381,6 +397,7 @@ def machine_from_cpu(name: str, cpu: Cpu) -> Machine:
         host_memory_bytes=cpu.dram.capacity_bytes,
         kernel_launch_s=cpu.launch.kernel_launch_s,
         graph_kernel_launch_s=cpu.launch.graph_kernel_launch_s,
+        native_kernel_launch_s=cpu.launch.native_kernel_launch_s,
         calibration=_calibration(cpu.calibration),
         max_bytes_in_flight_per_unit=core.max_bytes_in_flight,
     )

@@ -5,7 +5,8 @@ Each distinct KernelPlan is simulated once (its own SimPy run, :func:`simulate_k
 timing is reused for every launch of an identical kernel (the 96 identical layers of a transformer).
 The timeline is a second SimPy run over streams: a kernel starts when the host has launched it, its
 dependencies are done and the stream is free; eager launches cost ``kernel_launch_s`` of host time each,
-CUDA-graph replays ``graph_kernel_launch_s``, and back-to-back kernels on the device are separated by
+launches from a compiled runtime ``native_kernel_launch_s``, CUDA-graph replays ``graph_kernel_launch_s``,
+and back-to-back kernels on the device are separated by
 at least the graph gap. Kernels shorter than the host's launch cost leave the GPU waiting (launch-bound).
 """
 
@@ -17,14 +18,13 @@ from typing import Any
 import simpy
 
 from gpusim.config.derived import peak_flop_per_s
-from gpusim.config.hardware import HardwareDescription
+from gpusim.config.hardware import LAUNCH_MODES, HardwareDescription
 from gpusim.engine.kernel import KernelTiming, simulate_kernel
 from gpusim.engine.machine import Machine, machine_of, uncalibrated_note
 from gpusim.errors import SimulationError
 from gpusim.mapping import LINK_CATEGORIES, map_op
 from gpusim.results.result import KernelRecord, SimulationResult, Span
 
-LAUNCH_MODES = ("eager", "graph")
 PRECISION_PEAK_DTYPE = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
 
 
@@ -115,7 +115,7 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
                 f"(short by {over / 2**30:.1f} GiB); times assume it fit (use unified memory to page)")
 
     # ---- map every op, simulate each distinct kernel once -------------------------------------
-    launch_s = machine.kernel_launch_s if launch_mode == "eager" else machine.graph_kernel_launch_s
+    launch_s = machine.host_launch_s(launch_mode)
     timings: dict[Any, KernelTiming] = {}
     items: list[_Item] = []
     for node in workload.graph.nodes:
