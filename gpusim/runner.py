@@ -7,20 +7,40 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
+from gpusim.errors import ConfigError
+
 HARDWARE_ROOTS = ("gpu", "cpu", "num_nodes", "num_gpus_per_node", "intra_node", "inter_node", "host_cpu",
-                  "num_cpus_per_node", "name", "description")
+                  "num_cpus_per_node")
 """First key segments that belong to a hardware description; every other ``--set`` key is the workload's."""
 
 SINGLE_DEVICE_LAYOUT = ("parallelism.data=1", "parallelism.tensor=1", "parallelism.pipeline=1",
                         "parallelism.context=1", "parallelism.expert=1", "parallelism.zero_stage=0")
 
 
+SHARED_ROOTS = ("name", "description")
+"""Top-level keys both a hardware description and a workload have: a ``--set`` of one says which
+(``hardware.name=...`` or ``workload.name=...``)."""
+
+
+def route_key(key: str) -> tuple[bool, str]:
+    """(whether ``key`` is the hardware's, the key without its ``hardware.``/``workload.`` prefix), by its
+    first segment; a bare ``name`` or ``description`` is refused (both files have one)."""
+    root, _, rest = key.partition(".")
+    if root in ("hardware", "workload") and rest:
+        return root == "hardware", rest
+    if root in SHARED_ROOTS:
+        raise ConfigError("--set", key, f"both the hardware and the workload have a {root}: write hardware.{key}=... "
+                                        f"or workload.{key}=...")
+    return root in HARDWARE_ROOTS, key
+
+
 def split_overrides(pairs: Iterable[tuple[str, Any]]) -> tuple[list[tuple[str, Any]], list[str]]:
-    """(hardware ``(key, value)`` pairs, workload ``KEY=VALUE`` strings), by the key's first segment."""
+    """(hardware ``(key, value)`` pairs, workload ``KEY=VALUE`` strings), routed by :func:`route_key`."""
     hw: list[tuple[str, Any]] = []
     wl: list[str] = []
     for key, value in pairs:
-        if key.split(".")[0] in HARDWARE_ROOTS:
+        is_hardware, key = route_key(key)
+        if is_hardware:
             hw.append((key, value))
         else:
             wl.append(f"{key}={'null' if value is None else value}")  # read back as YAML: None is null

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from gpusim.config.loader import read_text_file
 from gpusim.errors import ConfigError, GpusimError
-from gpusim.runner import HARDWARE_ROOTS
+from gpusim.runner import route_key
 
 SWEEP_SOURCE = "sweep"
 
@@ -197,10 +197,11 @@ def param_keys(points: Sequence[SweepPoint]) -> list[str]:
 
 
 def split_params(params: Iterable[tuple[str, str]]) -> tuple[list[str], list[str]]:
-    """(hardware items, workload items) as ``KEY=VALUE`` strings, by the key's first segment."""
+    """(hardware items, workload items) as ``KEY=VALUE`` strings, routed by :func:`route_key`."""
     hw, wl = [], []
     for key, value in params:
-        (hw if key.split(".")[0] in HARDWARE_ROOTS else wl).append(f"{key}={value}")
+        is_hardware, key = route_key(key)
+        (hw if is_hardware else wl).append(f"{key}={value}")
     return hw, wl
 
 

@@ -170,6 +170,18 @@ def parse_quantity(value: object, expected: str) -> float:
     return number
 
 
+def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
+    """``count`` and ``noun``, in the plural unless there is exactly one: "1 point", "12 points"."""
+    return f"{count:,} {noun if count == 1 else (plural_noun or noun + 's')}"
+
+
+def launch_summary(result) -> str:
+    """Kernel launches (each record's repeats counted), distinct kernels and launch mode of a result."""
+    launches = sum(max(1, int(k.repeat)) for k in result.kernels)
+    return (f"{plural(launches, 'kernel launch', 'kernel launches')}, "
+            f"{plural(result.num_unique_kernels, 'distinct kernel')}, launch {result.launch_mode}")
+
+
 def format_quantity(value: float, dimension: str, digits: int = 4) -> str:
     """Format an SI value with a readable decimal prefix (``3.35e12, 'bytes_per_s'`` -> ``3.35 TB/s``)."""
     unit = {

@@ -402,3 +402,41 @@ def test_accuracy_names_the_rows_it_skips(tmp_path, capsys):
                                                           "mine_a,h100_sxm5_80gbb,", 1)]) + "\n")
     assert main(["accuracy", "--suite", "kernels", "--measurements", str(mine)]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == "skipped: 1 no hardware description (mine_a)"
+
+
+def test_a_set_key_both_files_have_names_its_file(capsys):
+    assert main(["run", HW, "mlp_mnist", "--set", "name=x"]) == 2
+    assert "write hardware.name=... or workload.name=..." in one_line_error(capsys)
+    assert main(["run", HW, "mlp_mnist", "--set", "hardware.name=my_gpu", "--set", "workload.name=my_mlp"]) == 0
+    assert capsys.readouterr().out.startswith("my_mlp on my_gpu: ")
+
+
+def test_accuracy_prints_its_tables_unless_the_json_goes_to_stdout(tmp_path, capsys):
+    out = tmp_path / "comm.json"
+    assert main(["accuracy", "--suite", "communication", "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert "MAPE" in table and len(data["communication"]["cases"]) > 20
+    assert all(c["case_id"] in table for c in data["communication"]["cases"])
+    assert main(["accuracy", "--suite", "communication", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out) == data
+
+
+def test_a_result_whose_kernel_lacks_a_required_key_names_it(tmp_path, capsys):
+    result = tmp_path / "r.json"
+    assert main(["run", HW, "mlp_mnist", "--json", str(result)]) == 0
+    data = json.loads(result.read_text())
+    del data["kernels"][2]["time_s"]
+    result.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["report", str(result)]) == 2
+    err = one_line_error(capsys)
+    assert "kernels.2.time_s: missing" in err and "dataclass" not in err and "__init__" not in err
+
+
+def test_counts_in_run_output_are_kernel_launches_with_plurals(capsys):
+    assert main(["run", HW, GEMM]) == 0
+    assert "(1 kernel launch, 1 distinct kernel, launch eager)" in capsys.readouterr().out
+    assert main(["run", HW, "llama2_7b_inference", "--set", "generate_len=8", "--set", "decode_buckets=2"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "kernel launches" in first and "distinct kernels" in first

@@ -161,6 +161,8 @@ def test_compare_command(tmp_path, capsys):
     assert rows[1]["speedup_vs_first"] == pytest.approx(rows[0]["time_s"] / rows[1]["time_s"])
     assert out.stat().st_size > 2000
     assert main(["compare", "mlp_mnist"]) == 2
+    assert main(["compare", "h100_sxm5_80gb", "mlp_mnist"]) == 2  # one HW: nothing to compare
+    assert "two or more HW" in capsys.readouterr().err
 
 
 def test_a_run_without_kernels_plots_without_warnings(tmp_path, recwarn):

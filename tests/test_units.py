@@ -158,3 +158,11 @@ def test_unit_error_is_a_value_error():
 def test_format_quantity(value, dimension, text):
     assert format_quantity(value, dimension) == text
     assert parse_quantity(text, dimension) == pytest.approx(value, rel=1e-12)
+
+
+def test_plural_counts_one_and_many():
+    from gpusim.units import plural
+
+    assert plural(1, "point") == "1 point"
+    assert plural(0, "point") == "0 points"
+    assert plural(12345, "kernel launch", "kernel launches") == "12,345 kernel launches"

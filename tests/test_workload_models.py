@@ -205,3 +205,10 @@ def test_gradient_clipping_reads_every_gradient_once_before_the_updates():
     assert sum(n.op.bytes_read() for n in bf16.graph.nodes if n.name.endswith(".grad_norm")) == 2 * params
     assert [(n.name, n.op) for n in plain.graph.nodes if n.phase == "optimizer"] == [
         (n.name, n.op) for n in clipped.graph.nodes if n.phase == "optimizer" and not n.name.endswith(".grad_norm")]
+
+
+def test_a_context_beyond_a_rotary_models_seq_len_is_timed_with_a_warning():
+    # Llama's rotary positions extend past config.seq_len (GPT-2's learned ones do not: refused)
+    workload = load_workload("llama2_7b_inference", ["prompt_len=4000", "generate_len=200", "batch_size=1"])
+    assert any("prompt_len + generate_len (4200) is longer than config.seq_len (4096)" in n for n in workload.notes)
+    assert not load_workload("llama2_7b_inference", ["prompt_len=3896", "generate_len=200"]).notes

@@ -149,10 +149,13 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
         if args.cross_validate:
             raise GpusimError(f"accuracy: --cross-validate refits the kernel calibration; --suite {suite} has none")
         return _cluster_suites(args, (suite,))
-    rc = _kernel_suite(args, with_cluster_suites=suite == "all")
-    if suite == "all" and not args.json:
+    if suite != "all":
+        return _kernel_suite(args)
+    cluster = {s: _run_cluster_suite(args, s) for s in ("communication", "training")}
+    rc = _kernel_suite(args, cluster)
+    if args.json != "-":
         print()
-        return _cluster_suites(args, ("communication", "training"))
+        _print_cluster_suites(args, cluster)
     return rc
 
 
@@ -183,7 +186,8 @@ def _heldout_suite(args: argparse.Namespace) -> int:
                            "summary": summary.__dict__ if summary else None,
                            "gpus": sorted({getattr(r, "gpu", "") for r in results} - {""})}
                     for name, kind, results, skipped, summary in rows}, args.json)
-        return 0
+        if args.json == "-":
+            return 0
     if args.workload_set:
         print(f"training files: every row with {' '.join(args.workload_set)}")
     print(f"{'held-out file':<40} {SUMMARY_HEADER}")
@@ -216,7 +220,8 @@ def _measured_suite(args: argparse.Namespace) -> int:
         write_json({"files": [{"file": name, "op": s.group, "file_num_skipped": n, "summary": s.__dict__}
                               for name, s, n in rows],
                     "blocks": blocks}, args.json)
-        return 0
+        if args.json == "-":
+            return 0
     if not rows and not blocks:
         print("no own measurements found (gpusim measure writes them to measurements/<gpu>/)")
         return 0
@@ -262,15 +267,20 @@ def _cluster_json(out: dict) -> dict:
 
 
 def _cluster_suites(args: argparse.Namespace, suites: tuple[str, ...]) -> int:
-    """Collectives and multi-GPU end-to-end cases (gpusim.accuracy_cluster)."""
+    """Collectives and multi-GPU end-to-end cases (gpusim.accuracy_cluster): the tables (unless the JSON
+    goes to stdout) and the JSON."""
+    out = {suite: _run_cluster_suite(args, suite) for suite in suites}
+    if args.json != "-":
+        _print_cluster_suites(args, out)
+    if args.json:
+        write_json(_cluster_json(out), args.json)
+    return 0
+
+
+def _print_cluster_suites(args: argparse.Namespace, out: dict) -> None:
     from gpusim.accuracy_cluster import source_group
 
-    out = {}
-    for suite in suites:
-        results, skipped = _run_cluster_suite(args, suite)
-        out[suite] = (results, skipped)
-        if args.json:
-            continue
+    for suite, (results, skipped) in out.items():
         source = getattr(args, "training_measurements", None) if suite == "training" else None
         overrides = getattr(args, "workload_set", []) if suite == "training" else []
         print(f"{suite} ({source or ('communication.csv' if suite == 'communication' else 'training.csv')})"
@@ -288,14 +298,11 @@ def _cluster_suites(args: argparse.Namespace, suites: tuple[str, ...]) -> int:
         if skipped:
             print(f"  skipped {_skipped_line(skipped)}")
         print()
-    if args.json:
-        write_json(_cluster_json(out), args.json)
-    return 0
 
 
-def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -> int:
-    """The single-GPU kernel cases; with ``with_cluster_suites`` the JSON also holds the
-    communication and training suites (``--suite all --json``)."""
+def _kernel_suite(args: argparse.Namespace, cluster: dict | None = None) -> int:
+    """The single-GPU kernel cases; ``cluster`` (suite -> results, skipped), when given, goes into the JSON
+    too (``--suite all --json``)."""
     cases, plan_rows = _load_cases(args.measurements, getattr(args, "ignore_kernel_tile", False))
     all_cases = cases
     for flag, values, attr in (("--gpu", args.gpu, "gpu"), ("--op", args.op, "op")):
@@ -351,9 +358,8 @@ def _kernel_suite(args: argparse.Namespace, with_cluster_suites: bool = False) -
         }
         if cross_note:
             payload["cross_validation"] = cross_note
-        if with_cluster_suites:
-            payload.update(_cluster_json({suite: _run_cluster_suite(args, suite)
-                                          for suite in ("communication", "training")}))
+        if cluster:
+            payload.update(_cluster_json(cluster))
         write_json(payload, args.json)
         if args.json == "-":
             return 0

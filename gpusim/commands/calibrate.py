@@ -4,11 +4,13 @@ check that the built-in descriptions' calibration blocks still reproduce from th
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from gpusim.calibration import fit_calibration, overlay_yaml, stale_calibration
 from gpusim.errors import GpusimError
 from gpusim.results.export import check_output_path, write_text_file
+from gpusim.units import plural
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,11 +63,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     text = overlay_yaml(args.base, factors, label)
     if args.output:
         write_text_file(args.output, text)
-        print(f"wrote {args.output}")
+        print(f"wrote {args.output}", file=sys.stderr)
     else:
         print(text, end="")
     for f in factors:
-        print(f"# {f.name} = {f.value} from {f.num_cases} cases", flush=True)
+        print(f"# {f.name} = {f.value} from {plural(f.num_cases, 'case')}", flush=True)
     return 0
 
 

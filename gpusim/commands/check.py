@@ -10,8 +10,6 @@ from gpusim.config import load_hardware
 from gpusim.config.loader import read_yaml
 from gpusim.errors import GpusimError
 
-HARDWARE_KINDS = ("gpu", "cpu", "system")
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="validate hardware and workload files",

@@ -59,10 +59,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from gpusim.errors import ConfigError
     from gpusim.report.plots import compare_figure, compare_rows, save_figure
     from gpusim.results.export import check_outputs, write_json
-    from gpusim.units import format_quantity
+    from gpusim.units import format_quantity, plural
 
-    if len(args.names) < 2:
-        raise ConfigError("command line", "HW", "give at least one HW and a WORKLOAD")
+    if len(args.names) < 3:
+        raise ConfigError("command line", "HW", f"give two or more HW and a WORKLOAD (got {plural(len(args.names), 'name')}; "
+                          "`gpusim run HW WORKLOAD` simulates one)")
     *hardware_names, workload_name = args.names
     # outputs are checked before the simulations
     from gpusim.commands.run import input_files

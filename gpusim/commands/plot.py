@@ -6,6 +6,7 @@ the output format follows the file extension (.png, .svg, .pdf)."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from gpusim.errors import ConfigError
@@ -106,7 +107,7 @@ def cmd_plot_sweep(args: argparse.Namespace) -> int:
     ax.grid(alpha=0.3)
     ax.set_title(f"{rows[0]['workload']} on {rows[0]['hardware']}", fontsize=10)
     _save(fig, args.out)
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
 
@@ -187,7 +188,7 @@ def cmd_plot_pareto(args: argparse.Namespace) -> int:
     ax.set_title(f"{rows[0]['workload']} on {rows[0]['hardware']}: {len(front)} of {len(rows)} points on the front",
                  fontsize=10)
     _save(fig, args.out)
-    print(f"wrote {args.out} ({len(front)} Pareto-optimal points)")
+    print(f"wrote {args.out} ({len(front)} Pareto-optimal points)", file=sys.stderr)
     return 0
 
 

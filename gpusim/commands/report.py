@@ -26,11 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def markdown_summary(result, top: int = 10) -> str:
     """The report as Markdown text."""
     from gpusim.report.plots import breakdown_table
-    from gpusim.units import format_quantity
+    from gpusim.units import format_quantity, launch_summary
 
     lines = [f"# {result.workload} on {result.hardware}", ""]
     lines.append(f"- total time: {format_quantity(result.total_time_s, 's')} "
-                 f"({len(result.kernels)} kernels, {result.num_unique_kernels} distinct, launch {result.launch_mode})")
+                 f"({launch_summary(result)})")
     if result.step_time_s is not None:
         line = f"- step: {format_quantity(result.step_time_s, 's')}, {result.samples_per_s:,.1f} samples/s"
         if result.tokens_per_s:

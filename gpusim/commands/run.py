@@ -12,7 +12,7 @@ from gpusim.config.loader import parse_set_items
 from gpusim.energy import with_energy
 from gpusim.results.export import check_outputs, write_json, write_trace
 from gpusim.runner import load_and_simulate, split_overrides
-from gpusim.units import format_quantity
+from gpusim.units import format_quantity, launch_summary, plural
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -145,13 +145,13 @@ def _report(result, args: argparse.Namespace) -> int:
             print(f"  epoch of {args.epoch_samples:,.0f} samples: {cost.epoch_s / 3600:,.2f} h, ${cost.epoch_usd:,.2f}")
         if cost.training_usd is not None:
             print(f"  training run of {args.train_tokens:,.3g} tokens: {cost.training_s / 86400:,.2f} days on "
-                  f"{cost.num_devices} device(s), ${cost.training_usd:,.0f} ({cost.tokens_per_usd:,.0f} tokens/USD)")
+                  f"{plural(cost.num_devices, 'device')}, ${cost.training_usd:,.0f} ({cost.tokens_per_usd:,.0f} tokens/USD)")
     return 0
 
 
 def print_summary(result) -> None:
     print(f"{result.workload} on {result.hardware}: {format_quantity(result.total_time_s, 's')}"
-          f"  ({len(result.kernels)} kernels, {result.num_unique_kernels} distinct, launch {result.launch_mode})")
+          f"  ({launch_summary(result)})")
     if result.step_time_s is not None:
         line = f"  step {format_quantity(result.step_time_s, 's')}, {result.samples_per_s:,.1f} samples/s"
         if result.tokens_per_s:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gpusim.commands.hw import add_launch_argument
 from gpusim.errors import ConfigError
+from gpusim.units import plural
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -99,12 +100,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     swept = [("--grid", key, values[0]) for key, values in grid]
     swept += [("--range", r.key, r.sample(random.Random(args.seed))) for r in ranges]
     for flag, key, value in swept:
-        hw_items, wl_items = split_params([*fixed, (key, value)])
         try:
+            hw_items, wl_items = split_params([*fixed, (key, value)])
             load_hardware(args.hardware, hw_items)
             load_workload(args.workload, wl_items)
         except ConfigError as exc:
-            if exc.message.startswith("unknown key"):
+            if exc.message.startswith(("unknown key", "both the hardware and the workload")):
                 raise ConfigError(flag, exc.key_path or key, exc.message) from None
     options = energy_options(args)
     options["launch_mode"] = args.launch
@@ -128,7 +129,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     bar = None if args.no_progress else ProgressBar()
     try:
         where = args.scheduler or f"a local cluster of {len(client.scheduler_info()['workers'])} workers"
-        print(f"sweep: {len(points)} points on {where}, results to {journal_path}", file=sys.stderr)
+        print(f"sweep: {plural(len(points), 'point')} on {where}, results to {journal_path}", file=sys.stderr)
         summary = run_sweep(client, points, journal, resume=args.resume, overwrite=args.overwrite,
                             options=options, progress=bar.update if bar else None)
     finally:
@@ -138,7 +139,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if parquet:
         write_parquet(journal_path, out)
     rate = summary.num_computed / summary.wall_s if summary.wall_s > 0 else 0.0
-    print(f"{summary.num_points} points: {summary.num_computed} computed ({rate:.1f}/s), "
+    print(f"{plural(summary.num_points, 'point')}: {summary.num_computed} computed ({rate:.1f}/s), "
           f"{summary.num_skipped} already done, {summary.num_errors} with errors; results in {out}")
     if summary.first_error:
         print(f"first error: {summary.first_error}", file=sys.stderr)
@@ -148,7 +149,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print("gpusim: sweep: every point failed (see the first error above)", file=sys.stderr)
         return 2
     if summary.num_failed:
-        print(f"{summary.num_failed} point(s) could not finish (workers kept dying); run again with --resume",
+        print(f"{plural(summary.num_failed, 'point')} could not finish (workers kept dying); run again with --resume",
               file=sys.stderr)
         return 1
     return 0
@@ -205,7 +206,7 @@ class ProgressBar:
         filled = int(self.width * done / total) if total else self.width
         text = (f"\r[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} points, {rate:.1f}/s"
                 f"{f', {left:.0f} s left' if left == left else ''}"
-                f"{f', {self.errors} errors' if self.errors else ''}")
+                f"{', ' + plural(self.errors, 'error') if self.errors else ''}")
         self.stream.write(text)
         self.stream.flush()
 

@@ -87,6 +87,11 @@ def _load_raw(path: Path, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     except ConfigError as exc:
         raise ConfigError(str(path), "extends", exc.message) from None
     parent = _load_raw(parent_path, chain + (path,))
+    kind, parent_kind = data.get("kind"), parent.get("kind")
+    kinds = {k for k in (kind, parent_kind) if isinstance(k, str) and k in DESCRIPTION_CLASSES}
+    if len(kinds) == 2:  # two valid kinds that differ (an invalid one is the schema's to report)
+        raise ConfigError(str(path), "kind", f"{kind!r} differs from {parent_kind!r}, the kind of {parent_ref} "
+                                             "that this file extends (an extension keeps its base's kind)")
     # The child's own identity wins; sources merge key by key.
     merged = deep_merge(parent, data)
     _drop_citations_of_removed(merged, data)

@@ -29,6 +29,8 @@ _RESULT_FIELDS = ("hardware", "workload", "total_time_s", "peak_memory_bytes", "
 _KERNEL_NUMBERS = ("start_s", "time_s", "flop", "dram_bytes", "l2_hit_fraction", "launch_gap_s", "executed_flop",
                    "energy_j", "avg_power_w")
 _KERNEL_REQUIRED_NUMBERS = ("start_s", "time_s")
+_KERNEL_REQUIRED = ("name", "op", "start_s", "time_s", "flop", "dram_bytes", "l2_hit_fraction", "bound")
+"""What every kernel record must have (``kernel_from_dict`` fills in node, phase, layer and repeat)."""
 _RESULT_NUMBERS = ("total_time_s", "peak_memory_bytes", "memory_capacity_bytes", "step_time_s", "samples_per_s",
                    "tokens_per_s", "mfu_fraction", "energy_j", "avg_power_w", "peak_power_w", "flop_per_j", "tdp_w",
                    "clock_fraction_min", "price_usd_per_s", "cost_usd")
@@ -67,6 +69,10 @@ def result_from_dict(data: dict[str, Any], source: str = "result") -> Simulation
     for i, kernel in enumerate(data["kernels"]):
         if not isinstance(kernel, dict):
             raise ConfigError(source, f"kernels.{i}", "expected a mapping")
+        missing = [key for key in _KERNEL_REQUIRED if key not in kernel]
+        if missing:
+            raise ConfigError(source, f"kernels.{i}.{missing[0]}",
+                              f"missing (a kernel record has {', '.join(_KERNEL_REQUIRED)})")
         _check_numbers(kernel, _KERNEL_NUMBERS, _KERNEL_REQUIRED_NUMBERS, source, f"kernels.{i}.")
     fields = {k: data[k] for k in _RESULT_FIELDS if k in data}
     fields["warnings"] = tuple(data.get("warnings", ()))

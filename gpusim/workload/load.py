@@ -342,6 +342,9 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
             if r.position_embedding == "learned" and prompt + spec.generate_len > r.seq_len:
                 raise ModelError("prompt_len", f"prompt_len + generate_len ({prompt + spec.generate_len}) exceeds "
                                  f"the {r.seq_len} learned positions (config.seq_len)")
+            if prompt + spec.generate_len > r.seq_len:
+                notes.append(f"prompt_len + generate_len ({prompt + spec.generate_len}) is longer than config.seq_len "
+                             f"({r.seq_len}), the context the model was built for; timed as asked")
             tokens = batch * (prompt + spec.generate_len)
             details["prompt_len"] = prompt
             details["generate_len"] = spec.generate_len
