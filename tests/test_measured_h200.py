@@ -91,6 +91,8 @@ def test_the_measured_suite_scores_every_own_file_per_op(tmp_path, capsys):
     assert library["num_cases"] == 47 and library["mape_fraction"] <= 0.052
     assert {op for f, op in rows if f == "h200_sxm_141gb/micro.csv"} == {
         "pointer_chase", "stream", "l2_bandwidth", "memcpy_h2d", "memcpy_d2h"}
+    # a --json file does not replace the table (only --json - does)
+    assert "h200_sxm_141gb/library.csv" in capsys.readouterr().out
     assert main(["accuracy", "--suite", "measured", "--op", "stream"]) == 0
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == 2 and printed[1].split()[:3] == ["h200_sxm_141gb/micro.csv", "stream", "16"]
