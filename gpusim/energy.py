@@ -31,7 +31,9 @@ range, voltage scales about linearly with frequency, so the *energy per operatio
 Circuits, ch. 5; Weste & Harris, CMOS VLSI Design, sec. 5.2). DRAM and link energy per byte are in other
 clock domains and do not change. Time: the kernel cannot finish faster than its math at the lower
 clock nor than its L2 traffic at the lower clock, t(r) = max(t, t_math / r, t_l2 / r), where t_math is
-its executed FLOP at the (calibrated) pipe rate and t_l2 its L2 bytes at the achievable L2 bandwidth;
+its executed FLOP at the device's (calibrated) pipe rate, or its whole time when the kernel is
+compute-bound (its own CTAs' pipes set it, however few SMs or cores it fills), and t_l2 its L2 bytes at
+the achievable L2 bandwidth;
 a memory-bound kernel therefore stretches little, a compute-bound one by 1/r. Power at r,
 idle + (E_core r^2 + E_mem) / t(r), rises monotonically with r, so the throttled r is found by
 bisection: the highest r in [MIN_CLOCK_FRACTION, 1] with power <= TDP. The cap acts per kernel
@@ -251,6 +253,10 @@ def _stretched_time_s(record, machine: Machine, r: float) -> float:
     executed = record.flop if record.executed_flop is None else record.executed_flop
     rate = _pipe_rate_flop_per_s(machine, plan.get("pipe", "none"), plan.get("dtype", "fp32"))
     t_math = executed / rate if rate > 0 else 0.0
+    if record.bound == "compute":
+        # its own pipes set its time (a kernel on a few SMs or cores computes slower than the device's
+        # rate): all of it runs in the core clock domain
+        t_math = max(t_math, record.time_s)
     t_l2 = _l2_bytes(record) / machine.l2_achievable_bytes_per_s if machine.l2_achievable_bytes_per_s > 0 else 0.0
     return max(record.time_s, t_math / r, t_l2 / r)
 

@@ -440,3 +440,29 @@ def test_counts_in_run_output_are_kernel_launches_with_plurals(capsys):
     assert main(["run", HW, "llama2_7b_inference", "--set", "generate_len=8", "--set", "decode_buckets=2"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert "kernel launches" in first and "distinct kernels" in first
+
+
+@pytest.mark.parametrize(("corrupt", "message"), [
+    (lambda d: d.update(time_breakdown_s=[1, 2]), "time_breakdown_s: expected a mapping of names to numbers"),
+    (lambda d: d["time_breakdown_s"].update(compute="x"), "time_breakdown_s.compute: expected a finite number"),
+    (lambda d: d.update(warnings=5), "warnings: expected a list of text lines"),
+    (lambda d: d.update(hardware=None), "hardware: expected text"),
+    (lambda d: d.pop("workload"), "workload: missing"),
+    (lambda d: d.update(total_time_s=-1.0), "total_time_s: expected a number of at least 0"),
+    (lambda d: d["kernels"][0].update(repeat=0), "kernels.0.repeat: expected a whole number of at least 1"),
+    (lambda d: d["kernels"][1].update(op=7), "kernels.1.op: expected text"),
+])
+def test_a_malformed_result_is_one_line_for_report_and_plots(tmp_path, capsys, corrupt, message):
+    good = tmp_path / "r.json"
+    assert main(["run", HW, "mlp_mnist", "--json", str(good)]) == 0
+    data = json.loads(good.read_text())
+    corrupt(data)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    capsys.readouterr()
+    for command in (["report", str(bad)], ["report", str(bad), "--html", str(tmp_path / "x.html")],
+                    ["plot", "breakdown", str(bad), "-o", str(tmp_path / "b.png")]):
+        assert main(command) == 2, command
+        err = one_line_error(capsys)
+        assert message in err and "bad.json" in err
+    assert not (tmp_path / "x.html").exists() and not (tmp_path / "b.png").exists()

@@ -32,10 +32,10 @@ PJ = 1e-12
 
 
 def _record(flop: float, time_s: float, *, dram_bytes: float = 0.0, l2_bytes: float = 0.0, pipe="matrix",
-            dtype="fp16", repeat=1, start_s=0.0) -> KernelRecord:
+            dtype="fp16", repeat=1, start_s=0.0, bound="compute") -> KernelRecord:
     return KernelRecord(name="k", op="matmul", node="n", phase="single", layer=None, start_s=start_s,
                         time_s=time_s, repeat=repeat, flop=flop, dram_bytes=dram_bytes, l2_hit_fraction=0.0,
-                        bound="compute", plan={"pipe": pipe, "dtype": dtype, "l2_bytes_per_launch": l2_bytes / repeat},
+                        bound=bound, plan={"pipe": pipe, "dtype": dtype, "l2_bytes_per_launch": l2_bytes / repeat},
                         executed_flop=flop)
 
 
@@ -98,13 +98,28 @@ def test_power_cap_memory_energy_does_not_scale(tiny):
     at a moderate clock cut, so only the core-domain energy falls (r^2)."""
     hw, machine = tiny
     t = 1e-3
-    rec = _record(1e6, t, dram_bytes=1e9 * t, pipe="vector", dtype="fp32")  # 1 GB/s for 1 ms
+    rec = _record(1e6, t, dram_bytes=1e9 * t, pipe="vector", dtype="fp32", bound="memory")  # 1 GB/s for 1 ms
     e = kernel_energy(rec, hw.gpu.power, machine)
     assert e.dram_j == pytest.approx(1e6 * 20 * PJ)
     cap = e.avg_power_w - e.math_j / t * 0.5  # remove half the (core-domain) math power
     r, stretched = throttled_clock_fraction(e, rec, machine, cap, 10.0)
     assert stretched == pytest.approx(t)  # math at r still fits in the memory time
     assert r == pytest.approx(math.sqrt(0.5), rel=1e-6)
+
+
+def test_a_compute_bound_kernel_on_few_units_stretches_by_the_clock_cut(tiny):
+    """A compute-bound kernel that fills few SMs computes slower than the device's rate; its time is
+    still all core-clock time, so at clock fraction r it takes t / r (and its power falls to the cap)."""
+    hw, machine = tiny
+    t = 1e-3
+    rec = _record(1e6, t)  # far below the device's rate: its own pipes set the 1 ms
+    e = kernel_energy(rec, hw.gpu.power, machine)
+    idle = hw.gpu.power.idle_w
+    cap = idle + (e.avg_power_w - idle) * 0.5  # half the dynamic power
+    r, stretched = throttled_clock_fraction(e, rec, machine, cap, idle)
+    assert stretched == pytest.approx(t / r)
+    # power at r: idle + core energy r^2 over t / r = idle + dynamic power x r^3
+    assert idle + (e.avg_power_w - idle) * r**3 == pytest.approx(cap, rel=1e-6)
 
 
 # --------------------------------------------------------------------------------------- physics

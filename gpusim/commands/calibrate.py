@@ -79,7 +79,7 @@ def _check(base: str | None, cases, label: str) -> int:
     for s in stale:
         print(s)
     if stale:
-        print(f"{len(stale)} calibration value(s) no longer reproduce from {label}")
+        print(f"{plural(len(stale), 'calibration value')} no longer reproduce from {label}")
         return 1
-    print(f"every checked calibration block reproduces from {label} ({len(stems)} description(s) checked)")
+    print(f"every checked calibration block reproduces from {label} ({plural(len(stems), 'description')} checked)")
     return 0

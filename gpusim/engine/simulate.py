@@ -24,6 +24,7 @@ from gpusim.engine.machine import Machine, machine_of, uncalibrated_note
 from gpusim.errors import SimulationError
 from gpusim.mapping import LINK_CATEGORIES, map_op
 from gpusim.results.result import KernelRecord, SimulationResult, Span
+from gpusim.units import plural
 
 PRECISION_PEAK_DTYPE = {"fp32": "fp32", "tf32": "tf32", "fp16": "fp16", "bf16": "bf16", "fp8": "fp8"}
 
@@ -275,7 +276,7 @@ def _timeline(machine: Machine, items: list[_Item], paging_fraction: float, laun
                 spans.append(Span("stream 0", it.plan.name, start, env.now,
                                   (("bound", bound), ("repeat", repeat))))
                 for w in timing.spans:
-                    spans.append(Span("SMs", f"{w.num_ctas} CTAs x {w.num_waves} wave(s)",
+                    spans.append(Span("SMs", f"{plural(w.num_ctas, 'CTA')} x {plural(w.num_waves, 'wave')}",
                                       start + w.start_s, start + w.end_s,
                                       (("limiter", w.limiter), ("ctas", w.num_ctas),
                                        ("occupancy_fraction", w.num_ctas / (it.plan.ctas_per_unit * machine.num_units)))))

@@ -28,17 +28,21 @@ _RESULT_FIELDS = ("hardware", "workload", "total_time_s", "peak_memory_bytes", "
 
 _KERNEL_NUMBERS = ("start_s", "time_s", "flop", "dram_bytes", "l2_hit_fraction", "launch_gap_s", "executed_flop",
                    "energy_j", "avg_power_w")
-_KERNEL_REQUIRED_NUMBERS = ("start_s", "time_s")
 _KERNEL_REQUIRED = ("name", "op", "start_s", "time_s", "flop", "dram_bytes", "l2_hit_fraction", "bound")
 """What every kernel record must have (``kernel_from_dict`` fills in node, phase, layer and repeat)."""
+_KERNEL_STRINGS = ("name", "op", "bound", "node", "phase")
 _RESULT_NUMBERS = ("total_time_s", "peak_memory_bytes", "memory_capacity_bytes", "step_time_s", "samples_per_s",
                    "tokens_per_s", "mfu_fraction", "energy_j", "avg_power_w", "peak_power_w", "flop_per_j", "tdp_w",
-                   "clock_fraction_min", "price_usd_per_s", "cost_usd")
+                   "clock_fraction_min", "price_usd_per_s", "cost_usd", "algbw_bytes_per_s", "busbw_bytes_per_s")
+_RESULT_REQUIRED = ("hardware", "workload", "total_time_s", "kernels")
+_RESULT_STRINGS = ("hardware", "workload", "launch_mode", "calibration_source", "collective_algorithm")
+_RESULT_NUMBER_MAPS = ("memory", "time_breakdown_s", "link_utilization", "energy_breakdown_j")
 
 
 def _check_numbers(data: dict[str, Any], keys: tuple[str, ...], required: tuple[str, ...], source: str,
                    prefix: str) -> None:
-    """Each of ``keys`` present in ``data`` is a finite number (or null where not ``required``)."""
+    """Each of ``keys`` present in ``data`` is a finite number, not negative (or null where not
+    ``required``): every number of a result is a time, a count, an amount or a rate."""
     for key in keys:
         if key not in data:
             continue
@@ -47,6 +51,59 @@ def _check_numbers(data: dict[str, Any], keys: tuple[str, ...], required: tuple[
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ConfigError(source, f"{prefix}{key}", f"expected a finite number, got {value!r}")
+        if value < 0:
+            raise ConfigError(source, f"{prefix}{key}", f"expected a number of at least 0, got {value!r}")
+
+
+def _check_strings(data: dict[str, Any], keys: tuple[str, ...], required: tuple[str, ...], source: str,
+                   prefix: str) -> None:
+    for key in keys:
+        if key in data and not isinstance(data[key], str) and (data[key] is not None or key in required):
+            raise ConfigError(source, f"{prefix}{key}", f"expected text, got {data[key]!r}")
+
+
+def _check_result(data: Any, source: str) -> None:
+    """One line naming the first key of ``data`` that a result of ``gpusim run --json`` cannot have."""
+    if not isinstance(data, dict) or "kernels" not in data or "total_time_s" not in data:
+        raise ConfigError(source, "kernels", "not a gpusim result (expected the JSON of `gpusim run --json`)")
+    missing = [key for key in _RESULT_REQUIRED if key not in data]
+    if missing:
+        raise ConfigError(source, missing[0], f"missing (a result has {', '.join(_RESULT_REQUIRED)})")
+    _check_strings(data, _RESULT_STRINGS, ("hardware", "workload"), source, "")
+    _check_numbers(data, _RESULT_NUMBERS, ("total_time_s",), source, "")
+    for key in _RESULT_NUMBER_MAPS:
+        if key in data:
+            if not isinstance(data[key], dict):
+                raise ConfigError(source, key, f"expected a mapping of names to numbers, got {data[key]!r}")
+            _check_numbers(data[key], tuple(data[key]), tuple(data[key]), source, f"{key}.")
+    if "parallelism" in data and not isinstance(data["parallelism"], dict):
+        raise ConfigError(source, "parallelism", f"expected a mapping, got {data['parallelism']!r}")
+    if "fits_in_memory" in data and not isinstance(data["fits_in_memory"], bool):
+        raise ConfigError(source, "fits_in_memory", f"expected true or false, got {data['fits_in_memory']!r}")
+    warnings = data.get("warnings", [])
+    if not isinstance(warnings, list) or not all(isinstance(w, str) for w in warnings):
+        raise ConfigError(source, "warnings", "expected a list of text lines")
+    for key in ("num_unique_kernels", "num_gpus"):
+        value = data.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(source, key, f"expected a whole number of at least 0, got {value!r}")
+    if not isinstance(data["kernels"], list):
+        raise ConfigError(source, "kernels", "expected a list of kernels")
+    for i, kernel in enumerate(data["kernels"]):
+        if not isinstance(kernel, dict):
+            raise ConfigError(source, f"kernels.{i}", "expected a mapping")
+        missing = [key for key in _KERNEL_REQUIRED if key not in kernel]
+        if missing:
+            raise ConfigError(source, f"kernels.{i}.{missing[0]}",
+                              f"missing (a kernel record has {', '.join(_KERNEL_REQUIRED)})")
+        _check_strings(kernel, _KERNEL_STRINGS, _KERNEL_STRINGS, source, f"kernels.{i}.")
+        _check_numbers(kernel, _KERNEL_NUMBERS, ("start_s", "time_s"), source, f"kernels.{i}.")
+        repeat = kernel.get("repeat", 1)
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+            raise ConfigError(source, f"kernels.{i}.repeat", f"expected a whole number of at least 1, got {repeat!r}")
+        layer = kernel.get("layer")
+        if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int)):
+            raise ConfigError(source, f"kernels.{i}.layer", f"expected a whole number or null, got {layer!r}")
 
 
 def kernel_from_dict(data: dict[str, Any]) -> KernelRecord:
@@ -60,20 +117,9 @@ def kernel_from_dict(data: dict[str, Any]) -> KernelRecord:
 
 
 def result_from_dict(data: dict[str, Any], source: str = "result") -> SimulationResult:
-    """The inverse of ``SimulationResult.to_dict`` (spans excepted)."""
-    if not isinstance(data, dict) or "kernels" not in data or "total_time_s" not in data:
-        raise ConfigError(source, "kernels", "not a gpusim result (expected the JSON of `gpusim run --json`)")
-    _check_numbers(data, _RESULT_NUMBERS, ("total_time_s",), source, "")
-    if not isinstance(data["kernels"], list):
-        raise ConfigError(source, "kernels", "expected a list of kernels")
-    for i, kernel in enumerate(data["kernels"]):
-        if not isinstance(kernel, dict):
-            raise ConfigError(source, f"kernels.{i}", "expected a mapping")
-        missing = [key for key in _KERNEL_REQUIRED if key not in kernel]
-        if missing:
-            raise ConfigError(source, f"kernels.{i}.{missing[0]}",
-                              f"missing (a kernel record has {', '.join(_KERNEL_REQUIRED)})")
-        _check_numbers(kernel, _KERNEL_NUMBERS, _KERNEL_REQUIRED_NUMBERS, source, f"kernels.{i}.")
+    """The inverse of ``SimulationResult.to_dict`` (spans excepted); a malformed one is one line naming
+    its first bad key."""
+    _check_result(data, source)
     fields = {k: data[k] for k in _RESULT_FIELDS if k in data}
     fields["warnings"] = tuple(data.get("warnings", ()))
     try:
