@@ -260,3 +260,24 @@ def test_inference_collectives_sit_on_the_timeline_between_the_kernels(workload,
         before = max((k for k in r.kernels if k.start_s + k.time_s <= span.start_s + 1e-12),
                      key=lambda k: k.start_s + k.time_s)
         assert f".layer{layers // pipeline - 1}." in before.node
+
+
+@pytest.mark.parametrize(("hw", "wl", "launch"), [("h100_sxm5_80gb", "mlp_mnist", "eager"),
+                                                  ("h100_sxm5_80gb", "mlp_mnist", "graph"),
+                                                  ("h100_sxm5_80gb", "resnet50_inference", "native"),
+                                                  ("xeon_8480", "resnet50_inference", "eager")])
+def test_the_time_breakdown_partitions_the_run(hw, wl, launch):
+    """Every instant of a single-device run is in one category: a kernel's bound, paging, launch (the
+    host's launches and the device-side gaps) or transfer (the stream waiting on copies)."""
+    result = simulate(load_hardware(hw), load_workload(wl), launch_mode=launch, record_spans=False)
+    assert sum(result.time_breakdown_s.values()) == pytest.approx(result.total_time_s, rel=1e-9)
+    assert all(v >= 0 for v in result.time_breakdown_s.values())
+    launches = sum(k.repeat for k in result.kernels if k.op not in ("host_to_device", "device_to_host"))
+    assert result.time_breakdown_s["launch"] >= launches * hw_gap(hw) * (1 - 1e-9)
+
+
+def hw_gap(name: str) -> float:
+    """The device-side gap every launch pays at least (all but the first, which waits on the host)."""
+    launch = load_hardware(name)
+    launch = launch.cpu.launch if launch.kind == "cpu" else launch.gpu.launch
+    return launch.graph_kernel_launch_s

@@ -234,22 +234,29 @@ def _timeline(machine: Machine, items: list[_Item], paging_fraction: float, laun
             repeat = max(1, int(getattr(it.node, "repeat", 1)))
             start = env.now
             yield env.timeout(it.transfer_s * repeat)
-            breakdown["transfer"] += env.now - start
             records.append(_record(it, start, env.now - start, repeat, "memory", {"engine": "copy"}, 0.0))
             if record_spans:
                 spans.append(Span("host link", f"{it.node.op.kind} {it.node.name}", start, env.now))
             finish_part(it.node.name)
+
+    compute_end = [0.0]
 
     def compute_stream():
         last_end = 0.0
         while True:
             entry = yield compute_queue.get()
             if entry is None:
+                compute_end[0] = last_end
                 return
             it, issued = entry
+            # the stream's idle time before this kernel: waiting for the host's launch, then for the
+            # copies or collectives it depends on, then the device-side launch gap
+            dequeued = env.now
+            breakdown["launch"] += max(0.0, min(dequeued, issued) - last_end)
             deps = [d for d in deps_of(it.node) if not d.triggered]
             if deps:
                 yield simpy.AllOf(env, deps)
+            breakdown["transfer"] += env.now - dequeued
             repeat = max(1, int(getattr(it.node, "repeat", 1)))
             timing = it.timing
             kernel_s = timing.time_s
@@ -257,6 +264,7 @@ def _timeline(machine: Machine, items: list[_Item], paging_fraction: float, laun
             per_launch = kernel_s + paging_s
             start = max(env.now, last_end + device_gap)
             gap = start - last_end if records else 0.0
+            breakdown["launch"] += start - env.now
             yield env.timeout(start - env.now)
             # Repeated launches: the device runs them back to back unless the host cannot keep up.
             busy = repeat * (per_launch + device_gap) - device_gap
@@ -268,7 +276,7 @@ def _timeline(machine: Machine, items: list[_Item], paging_fraction: float, laun
             bound = "launch" if launch_bound else timing.bound
             breakdown[timing.bound] += repeat * kernel_s
             breakdown["paging"] += repeat * paging_s
-            breakdown["launch"] += max(0.0, gap - device_gap) + (duration - busy)
+            breakdown["launch"] += duration - repeat * per_launch  # device gaps between repeats, host-bound waits
             records.append(_record(it, start, duration, repeat, bound,
                                    {**it.plan.describe(), "compute_limiter": timing.compute_limiter,
                                     "memory_limiter": timing.memory_limiter}, gap))
@@ -292,6 +300,7 @@ def _timeline(machine: Machine, items: list[_Item], paging_fraction: float, laun
     env.process(copy_engine())
     env.process(compute_stream())
     env.run()
+    breakdown["transfer"] += env.now - compute_end[0]  # copies (or collectives) after the last kernel
     records.sort(key=lambda r: r.start_s)
     return records, spans, breakdown, env.now
 
