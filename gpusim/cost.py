@@ -20,6 +20,14 @@ def price_of(hardware, price_usd_per_s: float | None = None) -> float | None:
     return getattr(device, "price_usd_per_s", None)
 
 
+class CostError(SimulationError):
+    """A cost this result cannot give; ``argument`` names the :func:`run_cost` argument that asked for it."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
 @dataclass(frozen=True)
 class RunCost:
     price_usd_per_s: float
@@ -48,12 +56,15 @@ def run_cost(result, price_usd_per_s: float, *, epoch_samples: float | None = No
         out["tokens_per_usd"] = result.tokens_per_s / rate_usd_per_s if rate_usd_per_s > 0 else None
     if epoch_samples is not None:
         if not result.samples_per_s:
-            raise SimulationError("an epoch cost needs a model workload (samples per second)")
+            raise CostError("epoch_samples", "an epoch cost needs a model workload (samples per second)")
         out["epoch_s"] = epoch_samples / result.samples_per_s
         out["epoch_usd"] = out["epoch_s"] * rate_usd_per_s
     if train_tokens is not None:
         if not result.tokens_per_s:
-            raise SimulationError("a training-run cost needs a language-model workload (tokens per second)")
+            raise CostError("train_tokens", "a training-run cost needs a language-model workload (tokens per second)")
+        if not any(k.phase in ("backward", "optimizer") for k in result.kernels):
+            raise CostError("train_tokens", "a training-run cost needs a training workload (mode: train); this one "
+                                            "has no backward pass or optimizer step")
         out["training_s"] = train_tokens / result.tokens_per_s
         out["training_usd"] = out["training_s"] * rate_usd_per_s
     return RunCost(**out)

@@ -20,12 +20,14 @@ The column meanings are documented in ``measurements/published/README.md``.
 from __future__ import annotations
 
 import csv
+import difflib
 import io
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
 
+from gpusim.config.hardware import DTYPES
 from gpusim.config.library import builtin_dir, builtin_files
 from gpusim.config.loader import read_text_file
 from gpusim.errors import ConfigError
@@ -397,6 +399,14 @@ def _read_cases(path: Path, case_type: type[_Case], check: Callable[[_Case, Call
 
 
 def _check_kernel(case: KernelCase, error: Callable[[str, str], ConfigError]) -> None:
+    known = builtin_files("hwconfigs")
+    if case.gpu not in known:
+        close = difflib.get_close_matches(case.gpu, known, n=1)
+        raise error("gpu", f"no built-in hardware description is named {case.gpu!r}"
+                           + (f"; did you mean {close[0]}?" if close else " (`gpusim hw list` lists them)"))
+    if case.dtype is not None and not (case.dtype in DTYPES or case.dtype.startswith("fp8_")):
+        raise error("dtype", f"must be one of {', '.join(DTYPES)} (or an fp8_ format such as fp8_e4m3), "
+                             f"got {case.dtype!r}")
     if case.op not in KERNEL_OPS:
         raise error("op", f"unknown op {case.op!r}; one of {', '.join(sorted(KERNEL_OPS))}")
     if case.timing_method not in TIMING_METHODS:

@@ -182,6 +182,27 @@ def launch_summary(result) -> str:
             f"{plural(result.num_unique_kernels, 'distinct kernel')}, launch {result.launch_mode}")
 
 
+def format_binary_bytes(value: float) -> str:
+    """A byte count in binary units, as memory sizes are given: ``39.33 MiB``, ``1.5 TiB``."""
+    for unit, factor in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= factor:
+            return f"{value / factor:,.4g} {unit}"
+    return f"{value:.0f} B"
+
+
+def format_duration(seconds: float) -> str:
+    """A length of time as people read one: SI below a minute, then minutes, hours and days."""
+    for unit, factor, from_s in (("days", 86400.0, 2 * 86400.0), ("h", 3600.0, 2 * 3600.0), ("min", 60.0, 60.0)):
+        if seconds >= from_s:
+            return f"{seconds / factor:,.4g} {unit}"
+    return format_quantity(seconds, "s")
+
+
+def format_usd(amount: float) -> str:
+    """Dollars to the cent, or to 3 significant digits below a dollar (``$0.000127``)."""
+    return f"${amount:,.2f}" if amount >= 1 else f"${amount:.3g}"
+
+
 def format_quantity(value: float, dimension: str, digits: int = 4) -> str:
     """Format an SI value with a readable decimal prefix (``3.35e12, 'bytes_per_s'`` -> ``3.35 TB/s``)."""
     unit = {

@@ -199,6 +199,7 @@ def test_calibrate_checks_its_output_before_fitting(tmp_path, capsys):
 def test_a_result_file_with_a_bad_number_names_the_key(tmp_path, capsys):
     good = tmp_path / "good.json"
     assert main(["run", HW, "mlp_mnist", "--json", str(good)]) == 0
+    assert capsys.readouterr().err == f"wrote {good}\n"  # stdout has the summary, stderr the file written
     data = json.loads(good.read_text())
     for key_path, value in (("total_time_s", "abc"), ("kernels.3.time_s", None), ("kernels.0.flop", True)):
         bad = json.loads(json.dumps(data))
@@ -393,15 +394,21 @@ def test_an_empty_sweep_output_is_named_as_such(capsys):
 
 
 def test_accuracy_names_the_rows_it_skips(tmp_path, capsys):
-    """A row of the user's own file that gpusim cannot score (here: a GPU it has no description of) is
-    named in the skipped line, not only counted."""
+    """A row of the user's own file that gpusim cannot score is named in the skipped line, not only
+    counted; one naming a GPU gpusim has no description of is refused at its row and column."""
     published = (Path(__file__).parents[1] / "measurements" / "published" / "kernels.csv").read_text().splitlines()
     row = next(line for line in published if line.startswith("h100_sxm_bf16_mm_4096,"))
     mine = tmp_path / "mine.csv"
     mine.write_text("\n".join([published[0], row.replace("h100_sxm_bf16_mm_4096,h100_sxm5_80gb,",
                                                           "mine_a,h100_sxm5_80gbb,", 1)]) + "\n")
+    assert main(["accuracy", "--suite", "kernels", "--measurements", str(mine)]) == 2
+    assert one_line_error(capsys).endswith("row 2.gpu: no built-in hardware description is named "
+                                           "'h100_sxm5_80gbb'; did you mean h100_sxm5_80gb?")
+    flagged = next(line for line in published if line.startswith("h100_sxm_anon_stream_copy_256mb_132blocks,"))
+    mine.write_text("\n".join([published[0], row, flagged]) + "\n")
     assert main(["accuracy", "--suite", "kernels", "--measurements", str(mine)]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1] == "skipped: 1 no hardware description (mine_a)"
+    assert capsys.readouterr().out.strip().splitlines()[-1] == (
+        "skipped: 1 excluded by the dataset (flagged source) (h100_sxm_anon_stream_copy_256mb_132blocks)")
 
 
 def test_a_set_key_both_files_have_names_its_file(capsys):
@@ -466,3 +473,49 @@ def test_a_malformed_result_is_one_line_for_report_and_plots(tmp_path, capsys, c
         err = one_line_error(capsys)
         assert message in err and "bad.json" in err
     assert not (tmp_path / "x.html").exists() and not (tmp_path / "b.png").exists()
+
+
+def test_costs_need_the_right_workload_and_whole_counts(capsys):
+    assert main(["run", HW, "llama2_7b_inference", "--train-tokens", "1000"]) == 2
+    assert "--train-tokens: a training-run cost needs a training workload" in one_line_error(capsys)
+    with pytest.raises(SystemExit):
+        main(["run", HW, "mlp_mnist", "--epoch-samples", "1.5"])
+    assert "expected a whole number" in capsys.readouterr().err
+    # small costs and short epochs keep their digits: 60,000 MNIST samples take well under a second
+    assert main(["run", HW, "mlp_mnist", "--epoch-samples", "60000"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if "epoch of" in l)
+    assert "epoch of 60,000 samples: " in line and " ms, $0.000" in line and not line.endswith("$0.00")
+
+
+def test_errors_name_the_description_or_file_they_are_in(capsys):
+    assert main(["hw", "compare", HW, "xeon_8480", "--set", "gpu.num_sms=100"]) == 2
+    assert one_line_error(capsys).endswith("(in xeon_8480)")
+    assert main(["run", "xeon_8480", "mlp_mnist", "--launch", "native"]) == 2
+    assert "cpu.launch.native_kernel_launch_s is not set" in one_line_error(capsys)
+    assert main(["run", HW, "all_reduce_1gib"]) == 2
+    assert one_line_error(capsys).startswith("gpusim: workloads/all_reduce_1gib.yaml: ")
+
+
+def test_a_measurements_file_with_an_unknown_gpu_dtype_or_no_rows_is_refused(tmp_path, capsys):
+    from gpusim.measurements import published_dir
+
+    header, *rows = (Path(published_dir()) / "kernels.csv").read_text().splitlines()
+    row = next(r for r in rows if r.startswith("h100_sxm_fp32_mm_1024,"))
+    for name, text, message in (
+            ("empty.csv", header, "no cases: the file has a header and no rows"),
+            ("gpu.csv", header + "\n" + row.replace(",h100_sxm5_80gb,", ",h999,"),
+             "row 2.gpu: no built-in hardware description is named 'h999'"),
+            ("dtype.csv", header + "\n" + row.replace(",fp32,", ",fp99,"), "row 2.dtype: must be one of")):
+        path = tmp_path / name
+        path.write_text(text + "\n")
+        assert main(["accuracy", "--measurements", str(path)]) == 2
+        assert message in one_line_error(capsys)
+
+
+def test_workload_show_counts_op_launches_with_plurals_and_prints_warnings(capsys):
+    assert main(["workload", "show", "all_reduce_1gib"]) == 0
+    assert "1 op launch from 1 node, 1 distinct op" in capsys.readouterr().out
+    assert main(["workload", "show", "llama2_7b_inference", "--set", "prompt_len=5000"]) == 0
+    assert "warning: prompt_len + generate_len (5128) is longer than config.seq_len (4096)" in capsys.readouterr().out
+    assert main(["workload", "show", "llama2_7b_inference", "--set", "prompt_len=5000", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["warnings"]

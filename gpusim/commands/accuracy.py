@@ -7,7 +7,8 @@ import argparse
 from gpusim.accuracy import op_group, run_accuracy, summarize
 from gpusim.commands.hw import non_negative_int
 from gpusim.errors import ConfigError, GpusimError
-from gpusim.results.export import atomic_output, check_outputs, write_json
+from gpusim.results.export import announce_written, atomic_output, check_outputs, write_json
+from gpusim.units import plural
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,7 +61,10 @@ def _load_cases(paths: list[str], ignore_kernel_tile: bool = False):
 
     cases, plans = [], {}
     for path in paths or [None]:
-        cases.extend(load_kernel_cases(path))
+        loaded = load_kernel_cases(path)
+        if not loaded:
+            raise ConfigError(str(path), "", "no cases: the file has a header and no rows")
+        cases.extend(loaded)
         if path is not None:
             plans.update(load_plan_rows(path))
     if ignore_kernel_tile:
@@ -94,13 +98,14 @@ def save_scatter(results, destination: str) -> None:
         ax.set_ylim(lo, hi)
         ax.set_xlabel(f"measured {metric}")
         ax.set_ylabel(f"simulated {metric}")
-        ax.set_title(f"{metric}: {len(rows)} cases")
+        ax.set_title(f"{metric}: {plural(len(rows), 'case')}")
         ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"gpusim vs measurements ({len(results)} cases)")
+    fig.suptitle(f"gpusim vs measurements ({plural(len(results), 'case')})")
     fig.tight_layout()
     with atomic_output(destination) as tmp:
         fig.savefig(tmp)
     plt.close(fig)
+    announce_written(destination)
 
 
 def _pct(x: float | None) -> str:

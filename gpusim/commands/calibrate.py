@@ -4,12 +4,11 @@ check that the built-in descriptions' calibration blocks still reproduce from th
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from gpusim.calibration import fit_calibration, overlay_yaml, stale_calibration
 from gpusim.errors import GpusimError
-from gpusim.results.export import check_output_path, write_text_file
+from gpusim.results.export import announce_written, check_output_path, write_text_file
 from gpusim.units import plural
 
 
@@ -63,7 +62,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     text = overlay_yaml(args.base, factors, label)
     if args.output:
         write_text_file(args.output, text)
-        print(f"wrote {args.output}", file=sys.stderr)
+        announce_written(args.output)
     else:
         print(text, end="")
     for f in factors:

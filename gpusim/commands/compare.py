@@ -58,7 +58,7 @@ def _progress(i: int, n: int, label: str) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     from gpusim.errors import ConfigError
     from gpusim.report.plots import compare_figure, compare_rows, save_figure
-    from gpusim.results.export import check_outputs, write_json
+    from gpusim.results.export import announce_written, check_outputs, write_json
     from gpusim.units import format_quantity, plural
 
     if len(args.names) < 3:
@@ -95,5 +95,5 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if any(not r["fits_in_memory"] for r in rows):
         print("  ! does not fit in device memory (times assume it did)")
     if args.output:
-        print(f"wrote {args.output}", file=sys.stderr)
+        announce_written(args.output)
     return 0

@@ -9,6 +9,7 @@ from typing import Any
 from gpusim.config import list_hardware, load_hardware, summary
 from gpusim.config.hardware import LAUNCH_MODES
 from gpusim.config.library import display_path, read_description
+from gpusim.config.loader import SET_SOURCE
 from gpusim.units import format_quantity
 
 
@@ -172,7 +173,16 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    infos = [summary(load_hardware(h, args.overrides)) for h in args.hardware]
+    from gpusim.errors import ConfigError
+
+    infos = []
+    for name in args.hardware:
+        try:
+            infos.append(summary(load_hardware(name, args.overrides)))
+        except ConfigError as exc:
+            if exc.source == SET_SOURCE:  # a --set key this description does not have: say which one
+                raise ConfigError(exc.source, exc.key_path, f"{exc.message} (in {name})") from None
+            raise
     if args.json:
         print(json.dumps(infos, indent=2))
         return 0

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from gpusim.errors import ConfigError
-from gpusim.results.export import atomic_output, check_figure_path
+from gpusim.results.export import announce_written, atomic_output, check_figure_path
 
 METRIC_LABELS = {
     "total_time_s": "time (s)", "step_time_s": "step time (s)", "tokens_per_s": "tokens/s",
@@ -107,7 +107,7 @@ def cmd_plot_sweep(args: argparse.Namespace) -> int:
     ax.grid(alpha=0.3)
     ax.set_title(f"{rows[0]['workload']} on {rows[0]['hardware']}", fontsize=10)
     _save(fig, args.out)
-    print(f"wrote {args.out}", file=sys.stderr)
+    announce_written(args.out)
     return 0
 
 

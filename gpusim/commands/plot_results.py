@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from gpusim.commands.hw import add_launch_argument, add_set_argument
@@ -80,10 +79,11 @@ def _result_of(args, record_spans: bool):
 
 def _save(fig, args, kind: str, result) -> int:
     from gpusim.report.plots import save_figure
+    from gpusim.results.export import announce_written
 
     path = args.output or f"{kind}_{Path(result.hardware).name}_{result.workload}.png"
     save_figure(fig, path)
-    print(f"wrote {path}", file=sys.stderr)
+    announce_written(path)
     return 0
 
 

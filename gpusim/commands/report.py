@@ -127,7 +127,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from gpusim.report.data import read_result
 
     if args.html:
-        from gpusim.results.export import check_output_path
+        from gpusim.results.export import announce_written, check_output_path
 
         check_output_path(args.html, flag="--html", inputs=(args.result,))
     result = read_result(args.result)
@@ -142,7 +142,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             hardware = None  # a description not in the library: no roofs to draw
         page = html_page(result, hardware, args.top)
         write_text_file(args.html, page)
-        print(f"wrote {args.html}", file=sys.stderr)
+        announce_written(args.html)
         return 0
     sys.stdout.write(markdown_summary(result, args.top))
     return 0

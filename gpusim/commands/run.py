@@ -12,7 +12,7 @@ from gpusim.config.loader import parse_set_items
 from gpusim.energy import with_energy
 from gpusim.results.export import check_outputs, write_json, write_trace
 from gpusim.runner import load_and_simulate, split_overrides
-from gpusim.units import format_quantity, launch_summary, plural
+from gpusim.units import format_binary_bytes, format_duration, format_quantity, format_usd, launch_summary, plural
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -38,13 +38,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def positive_count(text: str) -> float:
-    """An argparse type: a finite number above zero, at most 1e18 (``300e9`` tokens)."""
+    """An argparse type: a whole number above zero, at most 1e18, written plainly or as ``300e9``."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if not math.isfinite(value) or not 0 < value <= 1e18:
         raise argparse.ArgumentTypeError(f"expected a number above 0 and at most 1e18, got {text!r}")
+    if value != math.floor(value):
+        raise argparse.ArgumentTypeError(f"expected a whole number (a count), got {text!r}")
     return value
 
 
@@ -121,17 +123,19 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _report(result, args: argparse.Namespace) -> int:
-    from gpusim.cost import run_cost
+    from gpusim.cost import CostError, run_cost
+    from gpusim.errors import ConfigError
 
     cost = None
     if args.epoch_samples is not None or args.train_tokens is not None:
         if result.price_usd_per_s is None:
-            from gpusim.errors import ConfigError
-
             raise ConfigError("command line", "--price-per-hour", f"{result.hardware} has no price_usd_per_s; "
                               "give --price-per-hour for epoch or training-run costs")
-        cost = run_cost(result, result.price_usd_per_s, epoch_samples=args.epoch_samples,
-                        train_tokens=args.train_tokens)
+        try:
+            cost = run_cost(result, result.price_usd_per_s, epoch_samples=args.epoch_samples,
+                            train_tokens=args.train_tokens)
+        except CostError as exc:
+            raise ConfigError("command line", "--" + exc.argument.replace("_", "-"), str(exc)) from None
     if args.json:
         data = result.to_dict()
         if cost is not None:
@@ -142,10 +146,12 @@ def _report(result, args: argparse.Namespace) -> int:
     print_summary(result)
     if cost is not None:
         if cost.epoch_usd is not None:
-            print(f"  epoch of {args.epoch_samples:,.0f} samples: {cost.epoch_s / 3600:,.2f} h, ${cost.epoch_usd:,.2f}")
+            print(f"  epoch of {plural(int(args.epoch_samples), 'sample')}: {format_duration(cost.epoch_s)}, "
+                  f"{format_usd(cost.epoch_usd)}")
         if cost.training_usd is not None:
-            print(f"  training run of {args.train_tokens:,.3g} tokens: {cost.training_s / 86400:,.2f} days on "
-                  f"{plural(cost.num_devices, 'device')}, ${cost.training_usd:,.0f} ({cost.tokens_per_usd:,.0f} tokens/USD)")
+            print(f"  training run of {plural(int(args.train_tokens), 'token')}: {format_duration(cost.training_s)} on "
+                  f"{plural(cost.num_devices, 'device')}, {format_usd(cost.training_usd)} "
+                  f"({cost.tokens_per_usd:,.0f} tokens/USD)")
     return 0
 
 
@@ -170,16 +176,22 @@ def print_summary(result) -> None:
                 "a2a+p2p": f"all-to-all in groups of {par.get('context_a2a_size')}, ring between them"
                 }.get(par.get("context_comm"), "ring attention")
         context = f", context {par['context']} ({comm})" if par.get("context", 1) > 1 else ""
+        expert = f", expert {par['expert']}" if par.get("expert", 1) > 1 else ""
         print(f"  {result.num_gpus} GPUs: data {par.get('data')}{context}, tensor {par.get('tensor')}, pipeline "
-              f"{par.get('pipeline')}, schedule {par.get('schedule')}, zero {par.get('zero_stage')}"
+              f"{par.get('pipeline')}{expert}, schedule {par.get('schedule')}, zero {par.get('zero_stage')}"
               + "".join(f", {f}" for f in flags))
         busiest = sorted(result.link_utilization.items(), key=lambda kv: kv[1], reverse=True)[:4]
         if busiest:
             print("  busiest links: " + ", ".join(f"{k} {u:.0%}" for k, u in busiest))
     stage = result.memory.get("pipeline_stage")
-    print(f"  memory {result.peak_memory_bytes / 2**30:.2f} GiB of {result.memory_capacity_bytes / 2**30:.0f} GiB"
-          + (f" on pipeline stage {stage}, the fullest" if stage is not None else "")
-          + f" ({'fits' if result.fits_in_memory else 'DOES NOT FIT'})")
+    if result.fits_in_memory:
+        verdict = "fits"
+    elif result.time_breakdown_s.get("paging", 0.0) > 0:
+        verdict = "does not fit: unified memory pages the rest over the host link"
+    else:
+        verdict = "DOES NOT FIT"
+    print(f"  memory {format_binary_bytes(result.peak_memory_bytes)} of {format_binary_bytes(result.memory_capacity_bytes)}"
+          + (f" on pipeline stage {stage}, the fullest" if stage is not None else "") + f" ({verdict})")
     if result.energy_j is not None:
         line = (f"  energy {format_quantity(result.energy_j, 'j')}, power avg {result.avg_power_w:,.0f} W / peak "
                 f"{result.peak_power_w:,.0f} W (TDP {result.tdp_w:,.0f} W), {result.flop_per_j / 1e9:,.1f} GFLOP/J")

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from gpusim.config.loader import read_yaml
-from gpusim.units import format_quantity
+from gpusim.units import format_binary_bytes, format_quantity, plural
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,13 +44,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bytes(value: float) -> str:
-    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= factor:
-            return f"{value / factor:.4g} {unit}"
-    return f"{value:.0f} B"
-
-
 def _capacity(hardware: str) -> tuple[str, float]:
     from gpusim.config import load_hardware, summary
 
@@ -78,27 +71,29 @@ def cmd_show(args: argparse.Namespace) -> int:
     header = f"{w.name} ({w.source})"
     print(header + (f": {w.description}" if w.description else ""))
     if w.kind == "model":
-        print(f"  {w.mode}, {w.precision}, {info['num_parameters']:,} parameters, {w.samples_per_step} samples"
-              + (f", {w.tokens_per_step:,} tokens" if w.tokens_per_step else "") + " per step")
+        print(f"  {w.mode}, {w.precision}, {plural(info['num_parameters'], 'parameter')}, "
+              f"{plural(w.samples_per_step, 'sample')}"
+              + (f", {plural(w.tokens_per_step, 'token')}" if w.tokens_per_step else "") + " per step")
     print(f"  FLOP per step {format_quantity(info['flop_per_step'], 'flop')} "
           f"(model {format_quantity(info['model_flop_per_step'], 'flop')}, "
           f"executed {format_quantity(info['executed_flop_per_step'], 'flop')}); "
-          f"HBM traffic {_bytes(info['bytes_read_per_step'])} read, {_bytes(info['bytes_written_per_step'])} written")
-    print(f"  {info['num_kernels']:,} kernel launches from {info['num_nodes']:,} nodes, "
-          f"{info['num_distinct_ops']} distinct ops")
+          f"HBM traffic {format_binary_bytes(info['bytes_read_per_step'])} read, {format_binary_bytes(info['bytes_written_per_step'])} written")
+    print(f"  {plural(info['num_kernels'], 'op launch', 'op launches')} from {plural(info['num_nodes'], 'node')}, "
+          f"{plural(info['num_distinct_ops'], 'distinct op')} (on a device an op runs as one kernel or more: "
+          "`gpusim run` counts kernel launches)")
     if w.fusion.mode != "none":
-        print(f"  fusion {w.fusion.mode}: {w.fusion.num_kernels_removed:,} kernels and {_bytes(w.fusion.bytes_saved)} of HBM "
+        print(f"  fusion {w.fusion.mode}: {w.fusion.num_kernels_removed:,} kernels and {format_binary_bytes(w.fusion.bytes_saved)} of HBM "
               f"traffic fewer than fusion none")
     rows = [("op kind", "launches", "FLOP", "bytes read", "bytes written")]
     for kind, row in sorted(info["by_kind"].items(), key=lambda kv: -kv[1]["flop"]):
         rows.append((kind, f"{int(row['num_kernels']):,}", format_quantity(row["flop"], "flop"),
-                     _bytes(row["bytes_read"]), _bytes(row["bytes_written"])))
+                     format_binary_bytes(row["bytes_read"]), format_binary_bytes(row["bytes_written"])))
     if len(info["by_phase"]) > 1:
         rows.append(("", "", "", "", ""))
         rows.append(("phase", "launches", "FLOP", "bytes read", "bytes written"))
         for phase, row in info["by_phase"].items():
             rows.append((phase, f"{int(row['num_kernels']):,}", format_quantity(row["flop"], "flop"),
-                         _bytes(row["bytes_read"]), _bytes(row["bytes_written"])))
+                         format_binary_bytes(row["bytes_read"]), format_binary_bytes(row["bytes_written"])))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     print()
     for r in rows:
@@ -106,17 +101,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     m = info["memory"]
     print()
     stage = f" (pipeline stage {m['pipeline_stage']}, the fullest)" if m.get("pipeline_stage") is not None else ""
-    print(f"  memory per GPU{stage}: " + ", ".join(f"{label} {_bytes(m[key])}" for key, label in (
+    print(f"  memory per GPU{stage}: " + ", ".join(f"{label} {format_binary_bytes(m[key])}" for key, label in (
         ("weights_bytes", "weights"), ("gradients_bytes", "gradients"), ("optimizer_bytes", "optimizer"),
         ("activations_bytes", "activations"), ("kv_cache_bytes", "KV cache"), ("workspace_bytes", "workspace"))
-        if m[key]) + f"; total {_bytes(m['total_bytes'])}")
+        if m[key]) + f"; total {format_binary_bytes(m['total_bytes'])}")
     if info.get("memory_by_stage"):
         columns = (("weights_bytes", "weights"), ("gradients_bytes", "gradients"), ("optimizer_bytes", "optimizer"),
                    ("activations_bytes", "activations"), ("kv_cache_bytes", "KV cache"),
                    ("workspace_bytes", "workspace"), ("total_bytes", "total"))
         shown = [(key, label) for key, label in columns if any(st[key] for st in info["memory_by_stage"])]
         rows = [("stage",) + tuple(label for _, label in shown)]
-        rows += [(str(st["pipeline_stage"]),) + tuple(_bytes(st[key]) for key, _ in shown)
+        rows += [(str(st["pipeline_stage"]),) + tuple(format_binary_bytes(st[key]) for key, _ in shown)
                  for st in info["memory_by_stage"]]
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         print("  per pipeline stage:")
@@ -124,6 +119,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             print("    " + "  ".join(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r)))
     if "fits" in info:
         f = info["fits"]
-        verdict = "fits" if f["fits"] else f"does not fit: {_bytes(f['shortfall_bytes'])} short"
-        print(f"  on {f['hardware']} ({_bytes(f['capacity_bytes'])}): {verdict}")
+        verdict = "fits" if f["fits"] else f"does not fit: {format_binary_bytes(f['shortfall_bytes'])} short"
+        print(f"  on {f['hardware']} ({format_binary_bytes(f['capacity_bytes'])}): {verdict}")
+    for note in info["warnings"]:
+        print(f"  warning: {note}")
     return 0

@@ -145,7 +145,7 @@ class Machine:
             return self.graph_kernel_launch_s
         if launch_mode == "native":
             if self.native_kernel_launch_s is None:
-                raise SimulationError(f"{self.name}: launch.native_kernel_launch_s is not set, so the native "
+                raise SimulationError(f"{self.name}: {self.kind}.launch.native_kernel_launch_s is not set, so the native "
                                       "launch mode cannot be simulated on it")
             return self.native_kernel_launch_s
         return self.kernel_launch_s

@@ -117,6 +117,7 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
 
     # ---- map every op, simulate each distinct kernel once -------------------------------------
     launch_s = machine.host_launch_s(launch_mode)
+    where = f"{workload.source}: " if getattr(workload, "source", None) else ""  # the file an error is in
     timings: dict[Any, KernelTiming] = {}
     items: list[_Item] = []
     for node in workload.graph.nodes:
@@ -125,14 +126,14 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
             try:
                 seconds = link_time_s(op, hardware, machine, launch_mode)
             except SimulationError as exc:
-                raise SimulationError(f"{node.name}: {exc}") from None
+                raise SimulationError(f"{where}{node.name}: {exc}") from None
             if seconds is not None:
                 items.append(_Item(node, None, None, seconds, 0.0))
             continue
         try:
             plans = map_op(op, machine)
         except SimulationError as exc:
-            raise SimulationError(f"{node.name}: {exc}") from None
+            raise SimulationError(f"{where}{node.name}: {exc}") from None
         for plan in plans:
             timing = timings.get(plan)
             if timing is None:

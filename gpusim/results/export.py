@@ -20,13 +20,19 @@ STEP_TRACK_ORDER = ("compute", "layers", "NVLink port", "network port", "context
 (``F0``, ``B3``) on ``compute``, each of its layers' compute on ``layers``."""
 
 
+def announce_written(destination: str | Path) -> None:
+    """Say on stderr that an output file was written (stdout carries results only)."""
+    print(f"wrote {destination}", file=sys.stderr)
+
+
 def write_json(data: Any, destination: str) -> None:
-    """Write ``data`` as JSON to a path, or to stdout for ``-``."""
+    """Write ``data`` as JSON to a path (saying so on stderr), or to stdout for ``-``."""
     text = json.dumps(data, indent=2, default=float)
     if destination == "-":
         sys.stdout.write(text + "\n")
         return
     write_text_file(destination, text + "\n")
+    announce_written(destination)
 
 
 def check_output_path(destination: str | Path, *, flag: str = "", inputs: Iterable[str | Path | None] = ()) -> None:
@@ -228,3 +234,4 @@ def write_trace(result: SimulationResult, destination: str) -> None:
     data = {"traceEvents": trace_events(result), "displayTimeUnit": "ns",
             "otherData": {"hardware": result.hardware, "workload": result.workload, "generator": "gpusim"}}
     write_text_file(destination, json.dumps(data))
+    announce_written(destination)

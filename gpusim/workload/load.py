@@ -113,6 +113,7 @@ class Workload:
             "by_kind": g.summary_by("kind"),
             "by_phase": g.summary_by("phase"),
             **({"details": self.details} if self.details else {}),
+            "warnings": list(self.notes),
         }
 
 
