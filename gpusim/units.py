@@ -203,6 +203,22 @@ def format_usd(amount: float) -> str:
     return f"${amount:,.2f}" if amount >= 1 else f"${amount:.3g}"
 
 
+def format_rate(value: float) -> str:
+    """A per-second count: whole above 100, one decimal above 1, three significant digits below."""
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:,.1f}" if value >= 1 else f"{value:.3g}"
+
+
+def step_summary(result) -> str:
+    """Step time, samples/s (tokens/s) and MFU of a model workload's result, with their digits kept."""
+    text = f"step {format_duration(result.step_time_s)}, {format_rate(result.samples_per_s)} samples/s"
+    if result.tokens_per_s:
+        text += f", {format_rate(result.tokens_per_s)} tokens/s"
+    mfu = result.mfu_fraction
+    return text + (f", MFU {mfu:.1%}" if mfu >= 0.001 or mfu == 0 else f", MFU {mfu:.2g}")
+
+
 def format_quantity(value: float, dimension: str, digits: int = 4) -> str:
     """Format an SI value with a readable decimal prefix (``3.35e12, 'bytes_per_s'`` -> ``3.35 TB/s``)."""
     unit = {

@@ -166,3 +166,13 @@ def test_plural_counts_one_and_many():
     assert plural(1, "point") == "1 point"
     assert plural(0, "point") == "0 points"
     assert plural(12345, "kernel launch", "kernel launches") == "12,345 kernel launches"
+
+
+def test_durations_rates_and_money_keep_their_digits():
+    from gpusim.units import format_duration, format_rate, format_usd
+
+    assert format_duration(0.1696) == "169.6 ms"
+    assert format_duration(90.0) == "1.5 min" and format_duration(3 * 3600.0) == "3 h"
+    assert format_duration(2019.5 * 86400) == "2,020 days"
+    assert format_rate(353690.0) == "353,690" and format_rate(12.34) == "12.3" and format_rate(0.0235) == "0.0235"
+    assert format_usd(130328.624) == "$130,328.62" and format_usd(0.000127) == "$0.000127"

@@ -26,17 +26,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 def markdown_summary(result, top: int = 10) -> str:
     """The report as Markdown text."""
     from gpusim.report.plots import breakdown_table
-    from gpusim.units import format_quantity, launch_summary
+    from gpusim.units import format_binary_bytes, format_duration, format_quantity, launch_summary, step_summary
 
     lines = [f"# {result.workload} on {result.hardware}", ""]
-    lines.append(f"- total time: {format_quantity(result.total_time_s, 's')} "
+    lines.append(f"- total time: {format_duration(result.total_time_s)} "
                  f"({launch_summary(result)})")
     if result.step_time_s is not None:
-        line = f"- step: {format_quantity(result.step_time_s, 's')}, {result.samples_per_s:,.1f} samples/s"
-        if result.tokens_per_s:
-            line += f", {result.tokens_per_s:,.0f} tokens/s"
-        lines.append(line + f", MFU {result.mfu_fraction:.1%}")
-    lines.append(f"- memory: {result.peak_memory_bytes / 2**30:.2f} GiB of {result.memory_capacity_bytes / 2**30:.0f} GiB"
+        lines.append(f"- {step_summary(result).replace('step', 'step:', 1)}")
+    lines.append(f"- memory: {format_binary_bytes(result.peak_memory_bytes)} of "
+                 f"{format_binary_bytes(result.memory_capacity_bytes)}"
                  f" ({'fits' if result.fits_in_memory else 'does NOT fit'})")
     if result.energy_j is not None:
         lines.append(f"- energy: {format_quantity(result.energy_j, 'j')}, average power {result.avg_power_w:,.0f} W, "

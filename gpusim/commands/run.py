@@ -12,7 +12,8 @@ from gpusim.config.loader import parse_set_items
 from gpusim.energy import with_energy
 from gpusim.results.export import check_outputs, write_json, write_trace
 from gpusim.runner import load_and_simulate, split_overrides
-from gpusim.units import format_binary_bytes, format_duration, format_quantity, format_usd, launch_summary, plural
+from gpusim.units import (format_binary_bytes, format_duration, format_quantity, format_usd, launch_summary, plural,
+                          step_summary)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -156,14 +157,10 @@ def _report(result, args: argparse.Namespace) -> int:
 
 
 def print_summary(result) -> None:
-    print(f"{result.workload} on {result.hardware}: {format_quantity(result.total_time_s, 's')}"
+    print(f"{result.workload} on {result.hardware}: {format_duration(result.total_time_s)}"
           f"  ({launch_summary(result)})")
     if result.step_time_s is not None:
-        line = f"  step {format_quantity(result.step_time_s, 's')}, {result.samples_per_s:,.1f} samples/s"
-        if result.tokens_per_s:
-            line += f", {result.tokens_per_s:,.0f} tokens/s"
-        line += f", MFU {result.mfu_fraction:.1%}"
-        print(line)
+        print(f"  {step_summary(result)}")
     if result.algbw_bytes_per_s is not None:
         print(f"  {result.collective_algorithm}: algbw {result.algbw_bytes_per_s / 1e9:,.1f} GB/s, "
               f"busbw {result.busbw_bytes_per_s / 1e9:,.1f} GB/s")
