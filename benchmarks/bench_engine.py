@@ -19,6 +19,7 @@ import time
 from gpusim.config import load_hardware
 from gpusim.engine.simulate import simulate
 from gpusim.mapping import map_op
+from gpusim.units import plural
 from gpusim.mapping.gemm import _wave_traffic
 from gpusim.workload import load_workload
 
@@ -58,7 +59,7 @@ def main() -> int:
         rows.append({"case": label, "median_s": statistics.median(times), "min_s": min(times),
                      "max_s": max(times), "simulated_time_s": simulated, "num_kernels": kernels})
         print(f"{label:<52} median {statistics.median(times):7.3f} s  (min {min(times):.3f}, max {max(times):.3f}; "
-              f"{kernels} kernels, simulated {simulated * 1e3:.3f} ms)", flush=True)
+              f"{plural(kernels, 'kernel')}, simulated {simulated * 1e3:.3f} ms)", flush=True)
     print("scaling with problem size (median of the repeats):")
     scaling = []
     for size in (2048, 8192, 32768):
@@ -72,7 +73,7 @@ def main() -> int:
     for layers in (1, 12, 96):
         elapsed, _, kernels = run_case("h100_sxm5_80gb", "gpt3_175b_train", [f"config.num_layers={layers}"])
         scaling.append({"gpt3_layers": layers, "seconds": elapsed})
-        print(f"  GPT-3 175B train with {layers} layer(s): {elapsed:.3f} s ({kernels} kernels)")
+        print(f"  GPT-3 175B train with {plural(layers, 'layer')}: {elapsed:.3f} s ({plural(kernels, 'kernel')})")
     rss_bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(f"peak RSS {rss_bytes / 2**20:.0f} MiB")
     if args.json:
