@@ -175,13 +175,6 @@ def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
     return f"{count:,} {noun if count == 1 else (plural_noun or noun + 's')}"
 
 
-def launch_summary(result) -> str:
-    """Kernel launches (each record's repeats counted), distinct kernels and launch mode of a result."""
-    launches = sum(max(1, int(k.repeat)) for k in result.kernels)
-    return (f"{plural(launches, 'kernel launch', 'kernel launches')}, "
-            f"{plural(result.num_unique_kernels, 'distinct kernel')}, launch {result.launch_mode}")
-
-
 def format_binary_bytes(value: float) -> str:
     """A byte count in binary units, as memory sizes are given: ``39.33 MiB``, ``1.5 TiB``."""
     for unit, factor in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
@@ -208,15 +201,6 @@ def format_rate(value: float) -> str:
     if value >= 100:
         return f"{value:,.0f}"
     return f"{value:,.1f}" if value >= 1 else f"{value:.3g}"
-
-
-def step_summary(result) -> str:
-    """Step time, samples/s (tokens/s) and MFU of a model workload's result, with their digits kept."""
-    text = f"step {format_duration(result.step_time_s)}, {format_rate(result.samples_per_s)} samples/s"
-    if result.tokens_per_s:
-        text += f", {format_rate(result.tokens_per_s)} tokens/s"
-    mfu = result.mfu_fraction
-    return text + (f", MFU {mfu:.1%}" if mfu >= 0.001 or mfu == 0 else f", MFU {mfu:.2g}")
 
 
 def format_quantity(value: float, dimension: str, digits: int = 4) -> str:

@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def markdown_summary(result, top: int = 10) -> str:
     """The report as Markdown text."""
     from gpusim.report.plots import breakdown_table
-    from gpusim.units import format_binary_bytes, format_duration, format_quantity, launch_summary, step_summary
+    from gpusim.report.text import launch_summary, step_summary
+    from gpusim.units import format_binary_bytes, format_duration, format_quantity
 
     lines = [f"# {result.workload} on {result.hardware}", ""]
     lines.append(f"- total time: {format_duration(result.total_time_s)} "

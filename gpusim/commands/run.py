@@ -12,8 +12,8 @@ from gpusim.config.loader import parse_set_items
 from gpusim.energy import with_energy
 from gpusim.results.export import check_outputs, write_json, write_trace
 from gpusim.runner import load_and_simulate, split_overrides
-from gpusim.units import (format_binary_bytes, format_duration, format_quantity, format_usd, launch_summary, plural,
-                          step_summary)
+from gpusim.report.text import launch_summary, step_summary
+from gpusim.units import format_binary_bytes, format_duration, format_quantity, format_usd, plural
 
 
 def register(sub: argparse._SubParsersAction) -> None:
