@@ -238,7 +238,7 @@ def run_energy(result, hardware, kernels: Sequence[KernelEnergy] | None = None) 
                      "power over its compute time); collective link energy is not counted")
     total = sum(breakdown.values())
     peak = max((k.avg_power_w for k in kernels if k.time_s > 0), default=power.idle_w)
-    avg = total / (time_s * devices) if time_s > 0 else 0.0
+    avg = total / (time_s * devices) if time_s > 0 else power.idle_w  # a run of no time: the idle device
     flop = sum(k.flop for k in result.kernels) * scale * devices
     return RunEnergy(
         energy_j=total, avg_power_w=avg, peak_power_w=max(peak, avg), flop_per_j=flop / total if total > 0 else 0.0,
