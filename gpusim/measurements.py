@@ -399,11 +399,6 @@ def _read_cases(path: Path, case_type: type[_Case], check: Callable[[_Case, Call
 
 
 def _check_kernel(case: KernelCase, error: Callable[[str, str], ConfigError]) -> None:
-    known = builtin_files("hwconfigs")
-    if case.gpu not in known:
-        close = difflib.get_close_matches(case.gpu, known, n=1)
-        raise error("gpu", f"no built-in hardware description is named {case.gpu!r}"
-                           + (f"; did you mean {close[0]}?" if close else " (`gpusim hw list` lists them)"))
     if case.dtype is not None and not (case.dtype in DTYPES or case.dtype.startswith("fp8_")):
         raise error("dtype", f"must be one of {', '.join(DTYPES)} (or an fp8_ format such as fp8_e4m3), "
                              f"got {case.dtype!r}")
@@ -501,8 +496,18 @@ def _check_training(case: TrainingCase, error: Callable[[str, str], ConfigError]
 
 
 def load_kernel_cases(path: str | Path | None = None) -> tuple[KernelCase, ...]:
-    """Every row of a kernels CSV (default: the published ``kernels.csv``)."""
-    return _read_cases(Path(path) if path is not None else published_dir() / "kernels.csv", KernelCase, _check_kernel)
+    """Every row of a kernels CSV (default: the published ``kernels.csv``); each row's GPU is a built-in
+    hardware description."""
+    known = builtin_files("hwconfigs")  # listed once per file, not per row
+
+    def check(case: KernelCase, error: Callable[[str, str], ConfigError]) -> None:
+        if case.gpu not in known:
+            close = difflib.get_close_matches(case.gpu, known, n=1)
+            raise error("gpu", f"no built-in hardware description is named {case.gpu!r}"
+                               + (f"; did you mean {close[0]}?" if close else " (`gpusim hw list` lists them)"))
+        _check_kernel(case, error)
+
+    return _read_cases(Path(path) if path is not None else published_dir() / "kernels.csv", KernelCase, check)
 
 
 def load_communication_cases(path: str | Path | None = None) -> tuple[CommunicationCase, ...]:
