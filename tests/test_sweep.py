@@ -199,6 +199,9 @@ def test_local_and_external_clusters_give_identical_results(tmp_path, external_c
     assert main(["plot", "sweep", str(local_csv), "--x", "gpu.dram.bandwidth_bytes_per_s", "--y",
                  "total_time_s", "--hue", "gpu.num_sms", "--out", str(png)]) == 0
     assert main(["plot", "pareto", str(local_csv), "--label", "gpu.num_sms", "--out", str(svg)]) == 0
+    written = capsys.readouterr()
+    assert not written.out  # the figures are announced on stderr only
+    assert written.err.splitlines()[-1].startswith(f"wrote {svg} (") and "Pareto-optimal points)" in written.err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert svg.read_text().lstrip().startswith("<?xml")
     assert main(["plot", "sweep", str(local_csv), "--x", "nope", "--y", "total_time_s"]) == 2

@@ -6,7 +6,6 @@ the output format follows the file extension (.png, .svg, .pdf)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from gpusim.errors import ConfigError
@@ -188,7 +187,7 @@ def cmd_plot_pareto(args: argparse.Namespace) -> int:
     ax.set_title(f"{rows[0]['workload']} on {rows[0]['hardware']}: {len(front)} of {len(rows)} points on the front",
                  fontsize=10)
     _save(fig, args.out)
-    print(f"wrote {args.out} ({len(front)} Pareto-optimal points)", file=sys.stderr)
+    announce_written(args.out, f"{len(front)} Pareto-optimal points")
     return 0
 
 

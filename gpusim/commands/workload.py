@@ -82,8 +82,8 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"{plural(info['num_distinct_ops'], 'distinct op')} (on a device an op runs as one kernel or more: "
           "`gpusim run` counts kernel launches)")
     if w.fusion.mode != "none":
-        print(f"  fusion {w.fusion.mode}: {w.fusion.num_kernels_removed:,} kernels and {format_binary_bytes(w.fusion.bytes_saved)} of HBM "
-              f"traffic fewer than fusion none")
+        print(f"  fusion {w.fusion.mode}: {plural(w.fusion.num_kernels_removed, 'op launch', 'op launches')} and "
+              f"{format_binary_bytes(w.fusion.bytes_saved)} of HBM traffic fewer than fusion none")
     rows = [("op kind", "launches", "FLOP", "bytes read", "bytes written")]
     for kind, row in sorted(info["by_kind"].items(), key=lambda kv: -kv[1]["flop"]):
         rows.append((kind, f"{int(row['num_kernels']):,}", format_quantity(row["flop"], "flop"),

@@ -20,9 +20,10 @@ STEP_TRACK_ORDER = ("compute", "layers", "NVLink port", "network port", "context
 (``F0``, ``B3``) on ``compute``, each of its layers' compute on ``layers``."""
 
 
-def announce_written(destination: str | Path) -> None:
-    """Say on stderr that an output file was written (stdout carries results only)."""
-    print(f"wrote {destination}", file=sys.stderr)
+def announce_written(destination: str | Path, detail: str = "") -> None:
+    """Say on stderr that an output file was written, with an optional ``detail`` (stdout carries
+    results only)."""
+    print(f"wrote {destination}" + (f" ({detail})" if detail else ""), file=sys.stderr)
 
 
 def write_json(data: Any, destination: str) -> None:
