@@ -7,7 +7,7 @@ import argparse
 from gpusim.accuracy import op_group, run_accuracy, summarize
 from gpusim.commands.hw import non_negative_int
 from gpusim.errors import ConfigError, GpusimError
-from gpusim.results.export import announce_written, atomic_output, check_outputs, write_json
+from gpusim.results.export import announce_written, check_outputs, write_json
 from gpusim.units import plural
 
 
@@ -75,13 +75,11 @@ def _load_cases(paths: list[str], ignore_kernel_tile: bool = False):
 def save_scatter(results, destination: str) -> None:
     """Measured vs simulated, one log-log panel per metric (FLOP/s, bytes/s, time, latency), one colour
     per op kind, with the y = x line and the +-25% band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from gpusim.report.plots import new_figure, save_figure
 
     metrics = sorted({r.metric for r in results})
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 4.4), squeeze=False)
+    fig = new_figure(4.2 * len(metrics), 4.4)
+    axes = fig.subplots(1, len(metrics), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         rows = [r for r in results if r.metric == metric]
         lo = min(min(r.measured, r.simulated) for r in rows) / 1.5
@@ -101,10 +99,7 @@ def save_scatter(results, destination: str) -> None:
         ax.set_title(f"{metric}: {plural(len(rows), 'case')}")
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(f"gpusim vs measurements ({plural(len(results), 'case')})")
-    fig.tight_layout()
-    with atomic_output(destination) as tmp:
-        fig.savefig(tmp)
-    plt.close(fig)
+    save_figure(fig, destination, "--plot")
     announce_written(destination)
 
 

@@ -76,7 +76,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.json:
         write_json(rows, args.json)
     if args.output:
-        save_figure(compare_figure(results), args.output)
+        save_figure(compare_figure(results), args.output, "--output")
     if args.json == "-":
         return 0
     print(f"{results[0].workload}:")

@@ -6,10 +6,9 @@ the output format follows the file extension (.png, .svg, .pdf)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from gpusim.errors import ConfigError
-from gpusim.results.export import announce_written, atomic_output, check_figure_path
+from gpusim.results.export import announce_written
 
 METRIC_LABELS = {
     "total_time_s": "time (s)", "step_time_s": "step time (s)", "tokens_per_s": "tokens/s",
@@ -85,8 +84,10 @@ def cmd_plot_sweep(args: argparse.Namespace) -> int:
         groups.setdefault(label, []).append((x, y))
     if not groups:
         raise ConfigError(args.results, f"{args.x}, {args.y}", "no point has numbers in both columns")
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    from gpusim.report.plots import new_figure
+
+    fig = new_figure(6.4, 4.2)
+    ax = fig.subplots()
     for label, pts in sorted(groups.items(), key=lambda kv: _sort_key(kv[0])):
         pts.sort()
         # points sharing x (other parameters varied): show all, join their mean
@@ -155,8 +156,10 @@ def cmd_plot_pareto(args: argparse.Namespace) -> int:
     times = _numeric_column(rows, "total_time_s", args.results)
     energies = _numeric_column(rows, "energy_j", args.results)
     costs = _numeric_column(rows, "cost_usd", args.results) if has_cost else [None] * len(rows)
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    from gpusim.report.plots import new_figure
+
+    fig = new_figure(6.4, 4.6)
+    ax = fig.subplots()
     idx = [i for i in range(len(rows)) if times[i] is not None and energies[i] is not None]
     colour = [costs[i] for i in idx] if has_cost and all(costs[i] is not None for i in idx) else None
     sc = ax.scatter([times[i] for i in idx], [energies[i] for i in idx], c=colour, s=16,
@@ -194,20 +197,7 @@ def cmd_plot_pareto(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------------------------- helpers
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _save(fig, path: str) -> None:
-    check_figure_path("--out", path)
-    fig.tight_layout()
-    with atomic_output(path) as tmp:
-        fig.savefig(tmp, dpi=150 if Path(path).suffix.lower() == ".png" else None)
-    import matplotlib.pyplot as plt
+    from gpusim.report.plots import save_figure
 
-    plt.close(fig)
+    save_figure(fig, path, "--out", dpi=150)

@@ -32,7 +32,8 @@ COLLECTIVE_WORDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", 
                     "collective", "p2p")
 
 
-def _figure(width_in: float, height_in: float):
+def new_figure(width_in: float, height_in: float):
+    """A figure of that size in inches with constrained layout, on the Agg canvas (no pyplot)."""
     from matplotlib.figure import Figure
 
     return Figure(figsize=(width_in, height_in), layout="constrained")
@@ -45,16 +46,16 @@ def _legend(ax) -> None:
         ax.legend(fontsize=7, loc="upper right")
 
 
-def save_figure(fig, path: str | Path) -> Path:
-    """Write ``fig`` to ``path`` (.png, .svg or .pdf: :data:`gpusim.results.export.PLOT_SUFFIXES`);
-    returns the path."""
+def save_figure(fig, path: str | Path, flag: str = "-o", dpi: float | None = None) -> Path:
+    """Write ``fig`` to ``path`` (.png, .svg or .pdf: :data:`gpusim.results.export.PLOT_SUFFIXES`,
+    refused in one line naming ``flag`` otherwise) through a temporary file, so a failed write leaves
+    no half figure; PNGs at ``dpi`` (110 unless given). Returns the path."""
     from gpusim.results.export import atomic_output, check_figure_path
 
     p = Path(path)
-    check_figure_path("-o", str(p))
-
+    check_figure_path(flag, str(p))
     with atomic_output(p) as tmp:
-        fig.savefig(tmp, dpi=110 if p.suffix.lower() == ".png" else None)
+        fig.savefig(tmp, dpi=(dpi or 110) if p.suffix.lower() == ".png" else None)
     return p
 
 
@@ -115,7 +116,7 @@ def roofline_figure(result, hardware, *, title: str | None = None):
     ridges = [peaks[d] / bandwidth for d in dtypes if d in peaks]
     x_lo = min(finite + ridges + [1.0]) / 4
     x_hi = max(finite + ridges + [10.0]) * 4
-    fig = _figure(9, 6)
+    fig = new_figure(9, 6)
     ax = fig.add_subplot(1, 1, 1)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -200,7 +201,7 @@ def timeline_figure(result, *, title: str | None = None, max_spans: int = 50_000
                      "L2": "#bcbd22", "HBM": BOUND_COLORS["memory"]}.get(s.track, BOUND_COLORS["communication"])
         width = max(s.end_s - s.start_s, 0.0) * scale
         groups[(row, color, alpha)].append((s.start_s * scale, width))
-    fig = _figure(11, 1.2 + 0.6 * max(len(tracks), 1))
+    fig = new_figure(11, 1.2 + 0.6 * max(len(tracks), 1))
     ax = fig.add_subplot(1, 1, 1)
     for (row, color, alpha), bars in groups.items():
         ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=color, alpha=alpha, linewidth=0)
@@ -266,7 +267,7 @@ def breakdown_figure(result, *, title: str | None = None, max_groups: int = 24):
     (per phase for workloads without layers)."""
     total = sum(k.time_s for k in result.kernels) or result.total_time_s or 1e-9
     scale, unit = _time_unit(max(total, result.total_time_s))
-    fig = _figure(13, 5)
+    fig = new_figure(13, 5)
     ax0, ax1, ax2 = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 2.2, 2.2]})
     overall = dict(result.time_breakdown_s) or {c: v for c, v in
                                                 _sum_categories(breakdown_table(result)).items()}
@@ -367,7 +368,7 @@ def compare_figure(results: Sequence, *, title: str | None = None):
     metrics.append(("memory", [r["peak_memory_bytes"] / 2**30 for r in rows], "peak memory (GiB)"))
     if all("energy_j" in r for r in rows):
         metrics.append(("energy", [r["energy_j"] for r in rows], "energy (J)"))
-    fig = _figure(3.2 * len(metrics) + 1, 4.5)
+    fig = new_figure(3.2 * len(metrics) + 1, 4.5)
     axes = fig.subplots(1, len(metrics))
     axes = list(axes) if len(metrics) > 1 else [axes]
     for ax, (label, values, ylabel) in zip(axes, metrics):
