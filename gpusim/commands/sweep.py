@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from gpusim.commands.hw import add_launch_argument
-from gpusim.errors import ConfigError
+from gpusim.errors import ConfigError, KeyPathError
 from gpusim.units import plural
 
 
@@ -104,9 +104,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             hw_items, wl_items = split_params([*fixed, (key, value)])
             load_hardware(args.hardware, hw_items)
             load_workload(args.workload, wl_items)
-        except ConfigError as exc:
-            if exc.message.startswith(("unknown key", "both the hardware and the workload")):
-                raise ConfigError(flag, exc.key_path or key, exc.message) from None
+        except KeyPathError as exc:
+            raise ConfigError(flag, exc.key_path or key, exc.message) from None
+        except ConfigError:
+            pass  # a bad value of a real key fails only its own points
     options = energy_options(args)
     options["launch_mode"] = args.launch
 
@@ -128,7 +129,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     client = _client(args)
     bar = None if args.no_progress else ProgressBar()
     try:
-        where = args.scheduler or f"a local cluster of {len(client.scheduler_info()['workers'])} workers"
+        where = args.scheduler or f"a local cluster of {plural(len(client.scheduler_info()['workers']), 'worker')}"
         print(f"sweep: {plural(len(points), 'point')} on {where}, results to {journal_path}", file=sys.stderr)
         summary = run_sweep(client, points, journal, resume=args.resume, overwrite=args.overwrite,
                             options=options, progress=bar.update if bar else None)
