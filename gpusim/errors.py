@@ -22,9 +22,19 @@ class ConfigError(GpusimError):
         """The other problems found in the same file, one line each (``gpusim check`` lists them all)."""
         super().__init__(self.__str__())
 
+    def moved(self, source: str | None = None, key_path: str | None = None) -> "ConfigError":
+        """The same error (same class, message and further lines) blamed on another source or key path."""
+        return type(self)(self.source if source is None else source,
+                          self.key_path if key_path is None else key_path, self.message, self.further)
+
     def __str__(self) -> str:  # one line, always
         text = f"{self.source}: {self.key_path}: {self.message}" if self.key_path else f"{self.source}: {self.message}"
         return " ".join(text.split())
+
+
+class KeyPathError(ConfigError):
+    """A key that names nothing in the description (a misspelling), or names something in both the
+    hardware and the workload; ``gpusim sweep`` refuses such a swept key before its first point."""
 
 
 class UnitError(ValueError):

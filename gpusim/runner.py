@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from gpusim.errors import ConfigError
+from gpusim.errors import KeyPathError
 
 HARDWARE_ROOTS = ("gpu", "cpu", "num_nodes", "num_gpus_per_node", "intra_node", "inter_node", "host_cpu",
                   "num_cpus_per_node")
@@ -29,7 +29,7 @@ def route_key(key: str) -> tuple[bool, str]:
     if root in ("hardware", "workload") and rest:
         return root == "hardware", rest
     if root in SHARED_ROOTS:
-        raise ConfigError("--set", key, f"both the hardware and the workload have a {root}: write hardware.{key}=... "
+        raise KeyPathError("--set", key, f"both the hardware and the workload have a {root}: write hardware.{key}=... "
                                         f"or workload.{key}=...")
     return root in HARDWARE_ROOTS, key
 

@@ -301,6 +301,13 @@ def test_sweep_cli_errors_are_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err == "gpusim: --grid: gpu.l2.capacity: unknown key; did you mean capacity_bytes?"
     assert not (tmp_path / "unknown_key.csv").exists()
+    # keys under a model's config: and an op of an op list are checked the same way
+    for workload, key, said in (("llama2_7b_train", "config.num_layer=2,4", "did you mean num_layers?"),
+                                (GEMM, "ops.0.mm=1,2", "did you mean m?")):
+        assert main(["sweep", HW, workload, "--grid", key, "--workers", "1", "--no-progress",
+                     "--out", str(tmp_path / "unknown_key.csv")]) == 2
+        assert capsys.readouterr().err.strip() == f"gpusim: --grid: {key.partition('=')[0]}: unknown key; {said}"
+        assert not (tmp_path / "unknown_key.csv").exists()
     # values no point accepts are found point by point
     assert main(["sweep", HW, GEMM, "--grid", "gpu.num_sms=0,-1", "--workers", "1", "--no-progress",
                  "--out", str(tmp_path / "all_fail.csv")]) == 2

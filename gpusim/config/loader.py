@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gpusim.config.types import FIELD_MARK
-from gpusim.errors import ConfigError
+from gpusim.errors import ConfigError, KeyPathError
 from gpusim.units import key_unit
 
 SET_SOURCE = "--set"
@@ -292,9 +292,10 @@ def validate(model: type[BaseModel], data: Mapping[str, Any], source: str,
         # (with its did-you-mean) is what the user has to fix.
         first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         path, message = validation_message(model, first)
+        error_type = KeyPathError if first["type"] == "extra_forbidden" else ConfigError
         for key, _ in overrides:
             if path == key or path.startswith(key + ".") or key.startswith(path + ".") and path:
-                raise ConfigError(SET_SOURCE, path, message) from None
+                raise error_type(SET_SOURCE, path, message) from None
         further = []
         for error in errors:
             key, text = validation_message(model, error)
@@ -304,4 +305,4 @@ def validate(model: type[BaseModel], data: Mapping[str, Any], source: str,
             line = str(ConfigError(source, key, text))
             if line not in further:
                 further.append(line)
-        raise ConfigError(source, path, message, tuple(further)) from None
+        raise error_type(source, path, message, tuple(further)) from None

@@ -125,7 +125,7 @@ def list_workloads() -> list[tuple[str, Path]]:
 
 
 def _prefixed(exc: ConfigError, prefix: str) -> ConfigError:
-    return ConfigError(exc.source, f"{prefix}.{exc.key_path}" if exc.key_path else prefix, exc.message)
+    return exc.moved(key_path=f"{prefix}.{exc.key_path}" if exc.key_path else prefix)
 
 
 def _pairs(overrides: Sequence[Any] | Iterable[str]) -> list[tuple[str, Any]]:
@@ -198,7 +198,7 @@ def load_workload(name_or_path: str | Path, overrides: Sequence[Any] | Iterable[
     except ConfigError as exc:
         # a bad value that came in with --set is the --set's fault, not the file's
         if exc.source == source and any(_same_key(key, exc.key_path) for key in set_keys):
-            raise ConfigError(SET_SOURCE, exc.key_path, exc.message) from None
+            raise exc.moved(source=SET_SOURCE) from None
         raise
 
 
