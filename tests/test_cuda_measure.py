@@ -39,6 +39,11 @@ def test_no_gpu_in_process(monkeypatch, capsys):
     assert main(["measure", "--suite", "kernels"]) == 2
     err = capsys.readouterr().err
     assert err == "gpusim: no CUDA GPU found (no CUDA driver library on this machine)\n"
+    # a misspelled --hardware is the first thing to fix: it is named before the missing GPU, for every suite
+    for suite in ("kernels", "library", "block"):
+        assert main(["measure", "--suite", suite, "--hardware", "h100_sxm"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("gpusim: h100_sxm: no such file or built-in name") and err.count("\n") == 1
 
 
 def test_micro_suite_definitions(h100):

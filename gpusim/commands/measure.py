@@ -232,6 +232,10 @@ def _cmd_block(args: argparse.Namespace) -> int:
 def cmd_measure(args: argparse.Namespace) -> int:
     if args.repeats < 1 or args.warmups < 0:
         raise ConfigError("--repeats/--warmups", "", "repeats must be at least 1 and warm-ups at least 0")
+    if args.hardware:  # a misspelled name is reported before the search for a GPU
+        from gpusim.config.library import load_hardware
+
+        load_hardware(args.hardware)
     torch_suites = [s for s in TORCH_SUITES if s in args.suite]
     if torch_suites:
         if len(set(args.suite)) > 1:
