@@ -130,6 +130,8 @@ def test_run_refuses_an_output_it_cannot_write_before_simulating(tmp_path, capsy
     (["--price-per-hour=-2USD/h"], "--price-per-hour: must be above 0"),
     (["--power-cap", "500"], "--power-cap: give a unit, e.g. 500W"),
     (["--power-cap=-100W"], "--power-cap: must be above 0"),
+    (["--price-per-hour", "0"], "--price-per-hour: must be above 0, got '0'"),  # zero in any unit
+    (["--power-cap=-5"], "--power-cap: must be above 0, got '-5'"),
     (["--power-cap", "50W"], "a power cap of 50 W is not above h100_sxm5_80gb's idle power (70 W)"),
 ])
 def test_run_values_need_units_and_sense(capsys, args, message):

@@ -76,6 +76,8 @@ def energy_options(args: argparse.Namespace) -> dict:
         value = getattr(args, attr, None)
         if value is not None:
             try:
+                if _is_number(value) and float(value) <= 0:  # wrong in any unit: say that, not "give a unit"
+                    raise ConfigError("command line", flag, f"must be above 0, got {value!r}")
                 if not _NUMBER_WITH_UNIT.match(str(value).strip()):
                     # a bare number would be read in SI (USD per second, not per hour)
                     raise UnitError(f"give a unit, e.g. {example}, got {value!r}")
@@ -85,6 +87,14 @@ def energy_options(args: argparse.Namespace) -> dict:
             if out[key] <= 0:
                 raise ConfigError("command line", flag, f"must be above 0, got {value!r}")
     return out
+
+
+def _is_number(text) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 _NUMBER_WITH_UNIT = re.compile(r"^[-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?\s*[A-Za-z/$]")
