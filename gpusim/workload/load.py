@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from gpusim.config.library import builtin_files, display_path, resolve
 from gpusim.config.loader import SET_SOURCE, apply_overrides, parse_set_items, read_yaml, validate
@@ -69,7 +70,7 @@ class Workload:
     model_flop_per_step: float
     memory: MemoryFootprint
     """The footprint of the fullest GPU: under a pipeline, the fullest stage's."""
-    fusion: FusionSummary
+    fusion_mode: str
     precision: str | None = None
     parallelism: Any = None
     details: dict = field(default_factory=dict, compare=False)
@@ -77,6 +78,18 @@ class Workload:
     """Warnings about the workload itself that every run of it carries."""
     memory_by_stage: tuple[MemoryFootprint, ...] = ()
     """Each pipeline stage's footprint, first to last (empty without a pipeline)."""
+    unfused_nodes: Callable[[], Sequence[OpNode]] | None = field(default=None, compare=False, repr=False)
+    """Builds the graph's nodes under fusion ``none``, for :attr:`fusion` (None: the graph is unfused)."""
+
+    @cached_property
+    def fusion(self) -> FusionSummary:
+        """What the fusion mode saved against fusion ``none``. Built on first use: it needs the whole
+        unfused graph, which doubles a model's loading time and only ``workload show`` prints."""
+        if self.unfused_nodes is None:
+            return FusionSummary(self.fusion_mode, 0, 0.0)
+        baseline = self.unfused_nodes()
+        return FusionSummary(self.fusion_mode, sum(n.repeat for n in baseline) - self.graph.num_kernels(),
+                             sum(n.bytes_read() + n.bytes_written() for n in baseline) - self.graph.total_bytes())
 
     def flop_per_step(self) -> float:
         """Every FLOP of the step: training forward + backward + recompute + optimizer; inference the
@@ -257,7 +270,7 @@ def _load_ops(data: dict[str, Any], source: str, pairs: list[tuple[str, Any]]) -
     return Workload(
         name=top.name, kind="ops", mode=None, graph=graph, spec=top, source=source, description=top.description,
         num_parameters=0, samples_per_step=1, tokens_per_step=None, model_flop_per_step=graph.total_flop(),
-        memory=memory, fusion=FusionSummary("none", 0, 0.0),
+        memory=memory, fusion_mode="none",
     )
 
 
@@ -359,7 +372,7 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
         layers = build(cfg, p, batch=batch, training=training)
         _check_parallelism(spec, None, sum(1 for l in layers if l.checkpointable) or 1)
 
-    def make_nodes(fusion: str) -> list[OpNode]:
+    def make_nodes(fusion: str, details: dict[str, Any] = details) -> list[OpNode]:
         if training:
             return training_nodes(layers, fusion=fusion, checkpointing=spec.activation_checkpointing,
                                   micro_batches=ga, optimizer=spec.optimizer_name, policy=p,
@@ -381,13 +394,6 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
 
     nodes = make_nodes(spec.fusion)
     graph = WorkloadGraph(chain(nodes))
-    if spec.fusion != "none":
-        baseline = make_nodes("none")
-        base_bytes = sum(n.bytes_read() + n.bytes_written() for n in baseline)
-        fusion = FusionSummary(spec.fusion, sum(n.repeat for n in baseline) - graph.num_kernels(),
-                               base_bytes - graph.total_bytes())
-    else:
-        fusion = FusionSummary("none", 0, 0.0)
 
     num_parameters = sum(l.num_parameters() for l in layers)
     if training:
@@ -501,9 +507,10 @@ def _build_model(spec: ModelWorkloadSpec, cfg: Any, source: str) -> Workload:
     return Workload(
         name=spec.name, kind="model", mode=spec.mode, graph=graph, spec=spec, source=source,
         description=spec.description, num_parameters=int(num_parameters), samples_per_step=samples,
-        tokens_per_step=tokens, model_flop_per_step=model_flop, memory=memory, fusion=fusion,
+        tokens_per_step=tokens, model_flop_per_step=model_flop, memory=memory, fusion_mode=spec.fusion,
         precision=spec.precision, parallelism=par, details=details, notes=tuple(notes),
         memory_by_stage=tuple(by_stage) if par.pipeline > 1 else (),
+        unfused_nodes=(lambda: make_nodes("none", dict(details))) if spec.fusion != "none" else None,
     )
 
 
