@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from gpusim.accuracy import gpusim_dtype, matmul_flop
 from gpusim.config import list_hardware, load_hardware
 from gpusim.config.derived import peak_flop_per_s
 from gpusim.errors import ConfigError
+from gpusim.mapping.plan import Tile
 from gpusim.measurements import (
     CommunicationCase,
     KernelCase,
@@ -536,6 +538,16 @@ def test_heldout_neusight_linear_sample_is_disjoint_from_the_scored_shapes():
                                       "p4", "t4", "v100_pcie_32gb"}
     assert all(c.op == "matmul" and c.dtype == "fp32" and c.metric == "time_s" for c in cases)
     assert all(abs(2.0 * c.m * c.n * c.k / c.measured_time_s / c.measured_flop_per_s - 1) < 1e-3 for c in cases)
+    # a pinned tile is the profiled kernel's (in either orientation), its split-K the grid's z, and its
+    # CTAs the grid's x times y
+    pinned = [c for c in cases if c.kernel_tile]
+    assert len(pinned) == 359 and sum(c.gpu == "h100_sxm5_80gb" for c in pinned) == 165
+    for c in pinned:
+        tile = Tile.parse(c.kernel_tile)
+        gx, gy, gz = (int(g) for g in re.search(r"grid (\d+)x(\d+)x(\d+)", c.notes).groups())
+        bm, bn = tile.block_m, tile.block_n
+        assert f"{bm}x{bn}" in c.notes or f"{bn}x{bm}" in c.notes, c.case_id
+        assert tile.split_k == gz and math.ceil(c.m / bm) * math.ceil(c.n / bn) == gx * gy, c.case_id
     assert_disjoint_from_scored(cases, key)
 
 
