@@ -15,7 +15,9 @@ Energy model (per kernel record)
   byte a CTA loads lands in L1 or shared memory once: a lower bound, since GEMM tiles are re-read from
   shared memory by several warps); host copies: bytes x ``host_link_j_per_byte``, their bytes recovered
   from the copy time (time = latency + bytes / achievable bandwidth, as the engine times them).
-  Collective link bytes are not carried in kernel records and are not charged (stated in the result).
+  A collective of an op list: its wire bytes per GPU x ``peer_link_j_per_byte``, and twice them
+  through DRAM (read to be sent, written where they arrive). The multi-GPU model engine does not
+  record its collectives as kernels: their energy is not charged there (stated in the result).
 * **static**: ``idle_w`` over the whole run (every second the device is powered, kernels or gaps).
 
 Average power of a kernel = idle power + its dynamic energy / its time; the peak power of a step is the
@@ -165,12 +167,20 @@ def kernel_energy(record, power_spec, machine: Machine) -> KernelEnergy:
     repeat = max(1, int(record.repeat))
     static = power_spec.idle_w * record.time_s
     if plan.get("engine") == "copy":
-        link = 0.0
+        factor = machine.calibration.dynamic_energy_factor
+        per_launch = plan.get("link_bytes_per_launch")
         if record.op in HOST_LINK_OP_KINDS:
-            per_copy_s = record.time_s / repeat - machine.host_link_latency_s
-            link_bytes = max(0.0, per_copy_s) * machine.host_link_achievable_bytes_per_s * repeat
-            link = link_bytes * e.host_link_j_per_byte * machine.calibration.dynamic_energy_factor
-        return KernelEnergy(record.name, record.time_s, 0.0, 0.0, 0.0, 0.0, link, static, 0.0)
+            if per_launch is None:  # older records: recover the bytes from the copy time
+                per_copy_s = record.time_s / repeat - machine.host_link_latency_s
+                per_launch = max(0.0, per_copy_s) * machine.host_link_achievable_bytes_per_s
+            link = float(per_launch) * repeat * e.host_link_j_per_byte * factor
+            return KernelEnergy(record.name, record.time_s, 0.0, 0.0, 0.0, 0.0, link, static, 0.0)
+        # a collective: its wire bytes over the peer links, each byte read from DRAM to be sent and
+        # written to DRAM where it arrives (a lower bound: a ring's reductions re-read what they add)
+        wire = float(per_launch or 0.0) * repeat
+        link = wire * e.peer_link_j_per_byte * factor
+        dram = 2.0 * wire * e.dram_j_per_byte * factor
+        return KernelEnergy(record.name, record.time_s, 0.0, 0.0, 0.0, dram, link, static, 0.0)
     pipe = plan.get("pipe", "none")
     dtype = plan.get("dtype", "fp32")
     executed = record.flop if record.executed_flop is None else record.executed_flop
@@ -234,8 +244,9 @@ def run_energy(result, hardware, kernels: Sequence[KernelEnergy] | None = None) 
         if scale != 1.0:
             breakdown = {k: (v * scale if k != "static_j" else v) for k, v in breakdown.items()}
         breakdown = {k: v * devices for k, v in breakdown.items()}
+        charged = any((k.plan or {}).get("engine") == "copy" and k.op not in HOST_LINK_OP_KINDS for k in result.kernels)
         notes.append(f"energy of {devices} GPUs = {devices} x one representative GPU (its kernels' dynamic "
-                     "power over its compute time); collective link energy is not counted")
+                     "power over its compute time)" + ("" if charged else "; collective link energy is not counted"))
     total = sum(breakdown.values())
     peak = max((k.avg_power_w for k in kernels if k.time_s > 0), default=power.idle_w)
     avg = total / (time_s * devices) if time_s > 0 else power.idle_w  # a run of no time: the idle device

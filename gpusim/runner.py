@@ -63,6 +63,9 @@ def load_and_simulate(hardware_name: str, workload_name: str, hw_overrides: Sequ
 
         return hardware, simulate_system(hardware, workload, launch_mode=launch_mode, record_spans=record_spans)
     notes: list[str] = []
+    if hardware.kind == "system":
+        notes.append(f"the layout uses 1 of the {hardware.num_gpus} GPUs of {hardware.name} (set parallelism.data, "
+                     "tensor or pipeline to use more)")
     if layout is not None and layout.num_gpus > 1:
         # the single-device engine runs the whole graph: drop the layout so the memory footprint
         # describes what is simulated

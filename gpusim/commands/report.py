@@ -23,25 +23,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_report)
 
 
-def markdown_summary(result, top: int = 10) -> str:
-    """The report as Markdown text."""
+def markdown_summary(result, top: int = 10, run_cost: dict | None = None) -> str:
+    """The report as Markdown text; ``run_cost`` is the result JSON's epoch and training-run costs."""
     from gpusim.report.plots import breakdown_table
-    from gpusim.report.text import launch_summary, step_summary
-    from gpusim.units import format_binary_bytes, format_duration, format_quantity
+    from gpusim.report.text import cost_lines, launch_summary, layout_summary, representative_block, step_summary
+    from gpusim.units import format_binary_bytes, format_duration, format_quantity, format_usd
 
     lines = [f"# {result.workload} on {result.hardware}", ""]
     lines.append(f"- total time: {format_duration(result.total_time_s)} "
                  f"({launch_summary(result)})")
     if result.step_time_s is not None:
         lines.append(f"- {step_summary(result).replace('step', 'step:', 1)}")
-    lines.append(f"- memory: {format_binary_bytes(result.peak_memory_bytes)} of "
+    layout = layout_summary(result)
+    if layout is not None:
+        lines.append(f"- {layout}")
+    per_gpu = " per GPU" if result.num_gpus > 1 else ""
+    stage = result.memory.get("pipeline_stage")
+    lines.append(f"- memory{per_gpu}: {format_binary_bytes(result.peak_memory_bytes)} of "
                  f"{format_binary_bytes(result.memory_capacity_bytes)}"
-                 f" ({'fits' if result.fits_in_memory else 'does NOT fit'})")
+                 + (f" on pipeline stage {stage}, the fullest" if stage is not None else "")
+                 + f" ({'fits' if result.fits_in_memory else 'does NOT fit'})")
     if result.energy_j is not None:
-        lines.append(f"- energy: {format_quantity(result.energy_j, 'j')}, average power {result.avg_power_w:,.0f} W, "
-                     f"{result.flop_per_j / 1e9:,.1f} GFLOP/J")
+        devices = f" on {result.num_gpus} GPUs" if result.num_gpus > 1 else ""
+        lines.append(f"- energy{devices}: {format_quantity(result.energy_j, 'j')}, average power "
+                     f"{result.avg_power_w:,.0f} W{per_gpu}, {result.flop_per_j / 1e9:,.1f} GFLOP/J")
     if result.cost_usd is not None:
-        lines.append(f"- cost: ${result.cost_usd:,.4g}")
+        lines.append(f"- cost: {format_usd(result.cost_usd)}")
+    lines += [f"- {line}" for line in cost_lines(result, run_cost or {})]
     if result.calibration_source:
         lines.append(f"- calibration: {result.calibration_source}")
     total = sum(result.time_breakdown_s.values()) or 1.0
@@ -49,31 +57,34 @@ def markdown_summary(result, top: int = 10) -> str:
     for k, v in sorted(result.time_breakdown_s.items(), key=lambda kv: -kv[1]):
         if v > 0:
             lines.append(f"| {k} | {format_quantity(v, 's')} | {v / total:.1%} |")
-    lines += ["", "## Time per kernel kind", "", "| op | time | share | main bound |", "|---|---:|---:|---|"]
+    block = " (one representative block of the step)" if representative_block(result) else ""
+    lines += ["", f"## Time per kernel kind{block}", "", "| op | time | share | main bound |", "|---|---:|---:|---|"]
     table = breakdown_table(result, "op")
     ktotal = sum(sum(c.values()) for c in table.values()) or 1.0
     for op, cats in sorted(table.items(), key=lambda kv: -sum(kv[1].values())):
         t = sum(cats.values())
         lines.append(f"| {op} | {format_quantity(t, 's')} | {t / ktotal:.1%} | {max(cats, key=cats.get)} |")
-    lines += ["", f"## Slowest {top} kernels", "",
-              "| kernel | time | TFLOP/s | GB/s | L2 hit | bound |", "|---|---:|---:|---:|---:|---|"]
+    if top > 0:
+        lines += ["", f"## Slowest {top} kernels{block}", "",
+                  "| kernel | launches | time | TFLOP/s | GB/s | L2 hit | bound |", "|---|---:|---:|---:|---:|---:|---|"]
     for k in sorted(result.kernels, key=lambda k: -k.time_s)[:top]:
         gbs = k.dram_bytes / k.time_s / 1e9 if k.time_s > 0 else 0.0
-        lines.append(f"| {k.name} | {format_quantity(k.time_s, 's')} | {k.achieved_flop_per_s / 1e12:.1f} | "
+        lines.append(f"| {k.name} | {max(1, int(k.repeat)):,} | {format_quantity(k.time_s, 's')} | "
+                     f"{k.achieved_flop_per_s / 1e12:.1f} | "
                      f"{gbs:,.0f} | {k.l2_hit_fraction:.0%} | {k.bound} |")
     if result.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in result.warnings]
     return "\n".join(lines) + "\n"
 
 
-def html_page(result, hardware=None, top: int = 10) -> str:
+def html_page(result, hardware=None, top: int = 10, run_cost: dict | None = None) -> str:
     """One self-contained HTML page: the summary tables and the plots as base64 PNGs."""
     from gpusim.report.plots import breakdown_figure, figure_png_bytes, roofline_figure, timeline_figure
 
     figures = [("Time breakdown", breakdown_figure(result)), ("Timeline", timeline_figure(result))]
     if hardware is not None:
         figures.append(("Roofline", roofline_figure(result, hardware)))
-    body = [_markdown_to_html(markdown_summary(result, top))]
+    body = [_markdown_to_html(markdown_summary(result, top, run_cost))]
     for title, fig in figures:
         data = base64.b64encode(figure_png_bytes(fig)).decode("ascii")
         body.append(f"<h2>{html.escape(title)}</h2>\n<img alt=\"{html.escape(title)}\" "
@@ -123,13 +134,14 @@ def _markdown_to_html(text: str) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from gpusim.report.data import read_result
+    from gpusim.report.data import read_result_data
 
     if args.html:
         from gpusim.results.export import announce_written, check_output_path
 
         check_output_path(args.html, flag="--html", inputs=(args.result,))
-    result = read_result(args.result)
+    result, data = read_result_data(args.result)
+    run_cost = data.get("run_cost") if isinstance(data.get("run_cost"), dict) else None
     if args.html:
         from gpusim.config import load_hardware
         from gpusim.errors import GpusimError
@@ -139,9 +151,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             hardware = load_hardware(result.hardware)
         except GpusimError:
             hardware = None  # a description not in the library: no roofs to draw
-        page = html_page(result, hardware, args.top)
+        page = html_page(result, hardware, args.top, run_cost)
         write_text_file(args.html, page)
         announce_written(args.html)
         return 0
-    sys.stdout.write(markdown_summary(result, args.top))
+    sys.stdout.write(markdown_summary(result, args.top, run_cost))
     return 0

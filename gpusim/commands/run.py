@@ -12,8 +12,8 @@ from gpusim.config.loader import parse_set_items
 from gpusim.energy import with_energy
 from gpusim.results.export import check_outputs, write_json, write_trace
 from gpusim.runner import load_and_simulate, split_overrides
-from gpusim.report.text import launch_summary, step_summary
-from gpusim.units import format_binary_bytes, format_duration, format_quantity, format_usd, plural
+from gpusim.report.text import cost_lines, launch_summary, layout_summary, step_summary
+from gpusim.units import format_binary_bytes, format_duration, format_quantity
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -156,13 +156,8 @@ def _report(result, args: argparse.Namespace) -> int:
             return 0
     print_summary(result)
     if cost is not None:
-        if cost.epoch_usd is not None:
-            print(f"  epoch of {plural(int(args.epoch_samples), 'sample')}: {format_duration(cost.epoch_s)}, "
-                  f"{format_usd(cost.epoch_usd)}")
-        if cost.training_usd is not None:
-            print(f"  training run of {plural(int(args.train_tokens), 'token')}: {format_duration(cost.training_s)} on "
-                  f"{plural(cost.num_devices, 'device')}, {format_usd(cost.training_usd)} "
-                  f"({cost.tokens_per_usd:,.0f} tokens/USD)")
+        for line in cost_lines(result, cost.__dict__):
+            print(f"  {line}")
     return 0
 
 
@@ -174,19 +169,9 @@ def print_summary(result) -> None:
     if result.algbw_bytes_per_s is not None:
         print(f"  {result.collective_algorithm}: algbw {result.algbw_bytes_per_s / 1e9:,.1f} GB/s, "
               f"busbw {result.busbw_bytes_per_s / 1e9:,.1f} GB/s")
-    if result.parallelism:
-        par = result.parallelism
-        flags = [name for key, name in (("sequence_parallel", "sequence parallel"),
-                                        ("tp_comm_overlap", "tensor-parallel collectives overlapped"))
-                 if par.get(key) and par.get("tensor", 1) > 1]
-        comm = {"a2a": "Ulysses all-to-all", "all_gather": "gathered keys and values",
-                "a2a+p2p": f"all-to-all in groups of {par.get('context_a2a_size')}, ring between them"
-                }.get(par.get("context_comm"), "ring attention")
-        context = f", context {par['context']} ({comm})" if par.get("context", 1) > 1 else ""
-        expert = f", expert {par['expert']}" if par.get("expert", 1) > 1 else ""
-        print(f"  {result.num_gpus} GPUs: data {par.get('data')}{context}, tensor {par.get('tensor')}, pipeline "
-              f"{par.get('pipeline')}{expert}, schedule {par.get('schedule')}, zero {par.get('zero_stage')}"
-              + "".join(f", {f}" for f in flags))
+    layout = layout_summary(result)
+    if layout is not None:
+        print(f"  {layout}")
         busiest = sorted(result.link_utilization.items(), key=lambda kv: kv[1], reverse=True)[:4]
         if busiest:
             print("  busiest links: " + ", ".join(f"{k} {u:.0%}" for k, u in busiest))
@@ -197,7 +182,7 @@ def print_summary(result) -> None:
         verdict = "does not fit: unified memory pages the rest over the host link"
     else:
         verdict = "DOES NOT FIT"
-    print(f"  memory {format_binary_bytes(result.peak_memory_bytes)} of {format_binary_bytes(result.memory_capacity_bytes)}"
+    print(f"  memory{' per GPU' if result.num_gpus > 1 else ''} {format_binary_bytes(result.peak_memory_bytes)} of {format_binary_bytes(result.memory_capacity_bytes)}"
           + (f" on pipeline stage {stage}, the fullest" if stage is not None else "") + f" ({verdict})")
     if result.energy_j is not None:
         line = (f"  energy {format_quantity(result.energy_j, 'j')}, power avg {result.avg_power_w:,.0f} W / peak "
@@ -211,9 +196,10 @@ def print_summary(result) -> None:
     parts = ", ".join(f"{k} {v / total:.0%}" for k, v in result.time_breakdown_s.items() if v > 0)
     print(f"  time by bound: {parts}")
     top = sorted(result.kernels, key=lambda k: k.time_s, reverse=True)[:8]
-    print(f"  {'kernel':<44} {'time':>10} {'TFLOP/s':>8} {'GB/s':>7} {'L2 hit':>6} bound")
+    print(f"  {'kernel':<44} {'launches':>8} {'time':>10} {'TFLOP/s':>8} {'GB/s':>7} {'L2 hit':>6} bound")
     for k in top:
-        print(f"  {k.name[:44]:<44} {format_quantity(k.time_s, 's'):>10} {k.achieved_flop_per_s / 1e12:8.1f} "
+        print(f"  {k.name[:44]:<44} {max(1, int(k.repeat)):>8,} {format_quantity(k.time_s, 's'):>10} "
+              f"{k.achieved_flop_per_s / 1e12:8.1f} "
               f"{(k.dram_bytes / k.time_s / 1e9 if k.time_s else 0):7.0f} {k.l2_hit_fraction:6.0%} {k.bound}"
               + (f" ({k.plan['compute_limiter']})" if k.bound == "compute" and k.plan.get("compute_limiter") else "")
               + (f" ({k.plan['memory_limiter'].upper()})" if k.bound == "memory"

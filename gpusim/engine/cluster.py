@@ -24,11 +24,10 @@ from typing import Any
 
 import simpy
 
-from gpusim.config.derived import peak_flop_per_s
 from gpusim.engine.collectives import (CollectivePlan, Fabric, fabric_of, intra_node_all_reduce_plan,
                                        plan_collective)
 from gpusim.engine.fluid import FluidSystem
-from gpusim.engine.simulate import PRECISION_PEAK_DTYPE, opening_warnings, simulate
+from gpusim.engine.simulate import model_peak_flop_per_s, opening_warnings, simulate
 from gpusim.errors import ConfigError, SimulationError
 from gpusim.results.result import SimulationResult, Span, stage_track
 from gpusim.workload.graph import OpNode, WorkloadGraph
@@ -693,9 +692,13 @@ def simulate_system(hardware, workload, *, launch_mode: str = "eager", record_sp
 
 
 def _simulate_ops(hardware, workload, launch_mode, record_spans, notes) -> SimulationResult:
-    result = simulate(hardware, workload, launch_mode=launch_mode, record_spans=record_spans, notes=notes)
     collectives = [n for n in workload.graph.nodes if n.op.category == "collective"]
-    extra: dict[str, Any] = {"num_gpus": hardware.num_gpus}
+    # every GPU of the largest collective runs the list (its other ops too); without one it runs on one GPU
+    used = max((int(n.op.num_gpus) for n in collectives), default=1)
+    if used < hardware.num_gpus:
+        notes = (*notes, f"the op list uses {used} of the {hardware.num_gpus} GPUs of {hardware.name}")
+    result = simulate(hardware, workload, launch_mode=launch_mode, record_spans=record_spans, notes=notes)
+    extra: dict[str, Any] = {"num_gpus": used}
     if len(collectives) == 1:
         op = collectives[0].op
         fabric = fabric_of(hardware, launch_mode)
@@ -1173,8 +1176,8 @@ def _expert_shard(layer, e: int, Matmul):
     return dataclasses.replace(layer, ops=tuple(ops))
 
 
-def _peak(hardware, precision: str) -> float:
-    return peak_flop_per_s(hardware.gpu, PRECISION_PEAK_DTYPE.get(precision, "fp32")) or 0.0
+def _peak(hardware, precision: str, warnings: list[str]) -> float | None:
+    return model_peak_flop_per_s(hardware.gpu, hardware.name, precision, warnings)
 
 
 def _memory(workload) -> tuple[dict[str, float], float]:
@@ -1208,7 +1211,7 @@ def _training_result(hardware, workload, stats: StepStats, n_gpus: int, m: int, 
     model_flop = workload.model_flop_per_step * scale
     samples = workload.samples_per_step * scale
     tokens = workload.tokens_per_step * scale if workload.tokens_per_step else None
-    peak = _peak(hardware, spec.precision)
+    peak = _peak(hardware, spec.precision, warnings)
     memory, total = _memory(workload)
     fits = _fit_warning(hardware, total, warnings)
     return SimulationResult(
@@ -1217,7 +1220,7 @@ def _training_result(hardware, workload, stats: StepStats, n_gpus: int, m: int, 
         launch_mode=launch_mode, calibration_source=(hardware.gpu.calibration.source if hardware.gpu.calibration
                                                  else "uncalibrated (datasheet values)"),
         step_time_s=step, samples_per_s=samples / step, tokens_per_s=(tokens / step) if tokens else None,
-        mfu_fraction=model_flop / (step * peak * n_gpus) if peak > 0 else 0.0, memory=memory,
+        mfu_fraction=model_flop / (step * peak * n_gpus) if peak else None, memory=memory,
         time_breakdown_s={"compute": stats.compute_s, "exposed_communication": stats.exposed_comm_s,
                           "pipeline_bubble": stats.bubble_s, "optimizer": stats.optimizer_s},
         warnings=tuple(warnings), spans=tuple(stats.spans), num_unique_kernels=len(kernels),
@@ -1306,7 +1309,7 @@ def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, lau
             util[f"stage0.{port}_tx"] = util[f"stage0.{port}_rx"] = moved[key] / (cap * total)
     memory, footprint = _memory(workload)
     fits = _fit_warning(hardware, footprint, warnings)
-    peak = _peak(hardware, spec.precision)
+    peak = _peak(hardware, spec.precision, warnings)
     n_gpus = t * p
     return SimulationResult(
         hardware=hardware.name, workload=workload.name, total_time_s=total, kernels=tuple(kernels),
@@ -1314,7 +1317,7 @@ def _inference(hardware, workload, rt, r, pol, fabric, group_plan, warnings, lau
         launch_mode=launch_mode, calibration_source=result.calibration_source, step_time_s=total,
         samples_per_s=workload.samples_per_step / total,
         tokens_per_s=(workload.tokens_per_step / total) if workload.tokens_per_step else None,
-        mfu_fraction=workload.model_flop_per_step / (total * peak * n_gpus) if peak > 0 else 0.0,
+        mfu_fraction=workload.model_flop_per_step / (total * peak * n_gpus) if peak else None,
         memory=memory, time_breakdown_s={"compute": compute, "exposed_communication": comm},
         warnings=tuple(warnings), spans=spans, num_unique_kernels=result.num_unique_kernels,
         num_gpus=n_gpus, parallelism=par.model_dump(), link_utilization=util,

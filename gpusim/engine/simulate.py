@@ -76,6 +76,21 @@ def _device(desc: HardwareDescription):
     return desc.cpu if desc.kind == "cpu" else desc.gpu
 
 
+def model_peak_flop_per_s(device, device_name: str, precision: str, warnings: list[str]) -> float | None:
+    """The peak MFU divides by: the device's dense rate in ``precision``'s math dtype. None, with a
+    warning appended, when the device has no such rate (a T4 or a CPU without BF16 math runs the
+    products in FP32 lanes): there is no peak for the MFU to be a fraction of."""
+    dtype = PRECISION_PEAK_DTYPE.get(precision, "fp32")
+    peak = peak_flop_per_s(device, dtype) or 0.0
+    if peak > 0:
+        return peak
+    note = (f"{device_name} has no {dtype} math (the {dtype} products run in FP32 lanes): MFU, a fraction of "
+            f"a {dtype} peak, is not defined")
+    if note not in warnings:
+        warnings.append(note)
+    return None
+
+
 def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eager",
              unified_memory: bool = False, record_spans: bool = True, notes: tuple[str, ...] = ()
              ) -> SimulationResult:
@@ -147,12 +162,12 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
     if getattr(workload, "kind", "ops") == "model":
         step = total
         precision = getattr(workload.spec, "precision", "fp32")
-        peak = peak_flop_per_s(_device(hardware), PRECISION_PEAK_DTYPE.get(precision, "fp32")) or 0.0
+        peak = model_peak_flop_per_s(_device(hardware), machine.name, precision, warnings)
         result_kwargs = {
             "step_time_s": step,
             "samples_per_s": workload.samples_per_step / step if step > 0 else 0.0,
             "tokens_per_s": (workload.tokens_per_step / step) if getattr(workload, "tokens_per_step", None) else None,
-            "mfu_fraction": workload.model_flop_per_step / (step * peak) if step > 0 and peak > 0 else 0.0,
+            "mfu_fraction": (workload.model_flop_per_step / (step * peak) if step > 0 else 0.0) if peak else None,
         }
     memory_dict = {}
     if memory is not None:
@@ -235,7 +250,11 @@ def _timeline(machine: Machine, items: list[_Item], paging_fraction: float, laun
             repeat = max(1, int(getattr(it.node, "repeat", 1)))
             start = env.now
             yield env.timeout(it.transfer_s * repeat)
-            records.append(_record(it, start, env.now - start, repeat, "memory", {"engine": "copy"}, 0.0))
+            op = it.node.op
+            # the bytes one launch moves over its link: a host copy's buffer, a collective's wire bytes per GPU
+            link_bytes = op.wire_bytes_per_gpu() if op.category == "collective" else op.link_bytes()
+            records.append(_record(it, start, env.now - start, repeat, "memory",
+                                   {"engine": "copy", "link_bytes_per_launch": float(link_bytes)}, 0.0))
             if record_spans:
                 spans.append(Span("host link", f"{it.node.op.kind} {it.node.name}", start, env.now))
             finish_part(it.node.name)

@@ -135,10 +135,16 @@ def result_from_dict(data: dict[str, Any], source: str = "result") -> Simulation
 
 
 def read_result(path: str | Path) -> SimulationResult:
+    return read_result_data(path)[0]
+
+
+def read_result_data(path: str | Path) -> tuple[SimulationResult, dict]:
+    """The result a ``gpusim run --json`` file holds, and the file's whole JSON object (for what the
+    result does not carry, such as ``run_cost``)."""
     p = Path(path)
     text = read_text_file(p)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(str(p), "", f"not valid JSON: {exc}") from None
-    return result_from_dict(data, str(p))
+    return result_from_dict(data, str(p)), data

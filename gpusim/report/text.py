@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from gpusim.units import format_duration, format_rate, plural
+from gpusim.units import format_duration, format_rate, format_usd, plural
 
 
 def launch_summary(result) -> str:
     """Kernel launches (each record's repeats counted), distinct kernels and launch mode of a result."""
-    launches = sum(max(1, int(k.repeat)) for k in result.kernels)
-    return (f"{plural(launches, 'kernel launch', 'kernel launches')}, "
-            f"{plural(result.num_unique_kernels, 'distinct kernel')}, launch {result.launch_mode}")
+    links = [k for k in result.kernels if (k.plan or {}).get("engine") == "copy"]
+    copies = sum(max(1, int(k.repeat)) for k in links if k.op in ("host_to_device", "device_to_host"))
+    collectives = sum(max(1, int(k.repeat)) for k in links) - copies
+    text = f"{plural(result.num_kernel_launches, 'kernel launch', 'kernel launches')}"
+    if representative_block(result):
+        text += " in one representative block of the step"
+    if result.num_kernel_launches:
+        text += f", {plural(result.num_unique_kernels, 'distinct kernel')}"
+    text += f", {plural(copies, 'host copy', 'host copies')}" if copies else ""
+    text += f", {plural(collectives, 'collective')}" if collectives else ""
+    return f"{text}, launch {result.launch_mode}"
 
 
 def step_summary(result) -> str:
@@ -18,4 +26,48 @@ def step_summary(result) -> str:
     if result.tokens_per_s:
         text += f", {format_rate(result.tokens_per_s)} tokens/s"
     mfu = result.mfu_fraction
+    if mfu is None:  # no peak in the workload's precision (a warning says why)
+        return text + ", MFU -"
     return text + (f", MFU {mfu:.1%}" if mfu >= 0.001 or mfu == 0 else f", MFU {mfu * 100:.2g}%")
+
+
+def representative_block(result) -> bool:
+    """Whether the result's kernel records are one representative block of a multi-GPU training step
+    (the step repeats them), not every kernel of the step."""
+    from gpusim.energy import representative_scale
+
+    return representative_scale(result) > 1.0
+
+
+def layout_summary(result) -> str | None:
+    """The GPUs and parallel layout of a multi-GPU result (None for a single device)."""
+    par = result.parallelism
+    if not par:
+        return None
+    flags = [name for key, name in (("sequence_parallel", "sequence parallel"),
+                                    ("tp_comm_overlap", "tensor-parallel collectives overlapped"))
+             if par.get(key) and par.get("tensor", 1) > 1]
+    comm = {"a2a": "Ulysses all-to-all", "all_gather": "gathered keys and values",
+            "a2a+p2p": f"all-to-all in groups of {par.get('context_a2a_size')}, ring between them"
+            }.get(par.get("context_comm"), "ring attention")
+    context = f", context {par['context']} ({comm})" if par.get("context", 1) > 1 else ""
+    expert = f", expert {par['expert']}" if par.get("expert", 1) > 1 else ""
+    return (f"{result.num_gpus} GPUs: data {par.get('data')}{context}, tensor {par.get('tensor')}, pipeline "
+            f"{par.get('pipeline')}{expert}, schedule {par.get('schedule')}, zero {par.get('zero_stage')}"
+            + "".join(f", {f}" for f in flags))
+
+
+def cost_lines(result, cost: dict) -> list[str]:
+    """The epoch and training-run costs of ``gpusim run --epoch-samples/--train-tokens`` (the result
+    JSON's ``run_cost``), one line each."""
+    lines = []
+    if cost.get("epoch_usd") is not None:
+        samples = round(cost["epoch_s"] * result.samples_per_s) if result.samples_per_s else None
+        lines.append(f"epoch of {plural(samples, 'sample') if samples else 'the samples asked'}: "
+                     f"{format_duration(cost['epoch_s'])}, {format_usd(cost['epoch_usd'])}")
+    if cost.get("training_usd") is not None:
+        tokens = round(cost["training_s"] * result.tokens_per_s) if result.tokens_per_s else None
+        lines.append(f"training run of {plural(tokens, 'token') if tokens else 'the tokens asked'}: "
+                     f"{format_duration(cost['training_s'])} on {plural(int(cost['num_devices']), 'device')}, "
+                     f"{format_usd(cost['training_usd'])} ({cost['tokens_per_usd']:,.0f} tokens/USD)")
+    return lines

@@ -136,6 +136,16 @@ class SimulationResult:
     def total_dram_bytes(self) -> float:
         return sum(k.dram_bytes for k in self.kernels)
 
+    @property
+    def num_kernel_launches(self) -> int:
+        """Kernel launches, each record's repeats counted (host copies and collectives are not kernels)."""
+        return sum(max(1, int(k.repeat)) for k in self.kernels if (k.plan or {}).get("engine") != "copy")
+
+    @property
+    def num_link_ops(self) -> int:
+        """Host copies and collectives, repeats counted."""
+        return sum(max(1, int(k.repeat)) for k in self.kernels if (k.plan or {}).get("engine") == "copy")
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "hardware": self.hardware,
@@ -148,7 +158,9 @@ class SimulationResult:
             "fits_in_memory": self.fits_in_memory,
             "launch_mode": self.launch_mode,
             "calibration_source": self.calibration_source,
-            "num_kernels": len(self.kernels),
+            "num_kernel_records": len(self.kernels),
+            "num_kernel_launches": self.num_kernel_launches,
+            "num_link_ops": self.num_link_ops,
             "num_unique_kernels": self.num_unique_kernels,
             "time_breakdown_s": dict(self.time_breakdown_s),
             "memory": dict(self.memory),
