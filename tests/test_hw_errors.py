@@ -129,13 +129,17 @@ def test_missing_file(tmp_path, capsys):
     assert capsys.readouterr().err == f"gpusim: {path}: file not found\n"
 
 
-def test_directory_instead_of_file(tmp_path):
+def test_directory_instead_of_file(tmp_path, capsys):
     folder = tmp_path / "folder.yaml"
     folder.mkdir()
     with pytest.raises(ConfigError, match="is a directory"):
         read_yaml(folder)
-    with pytest.raises(ConfigError, match="file not found"):  # a name resolves only to a file
+    with pytest.raises(ConfigError) as info:  # a name resolves only to a file, and says what it found
         load_hardware(folder)
+    assert str(info.value) == f"{folder}: is a directory, not a file"
+    for args in (["check", str(folder)], ["run", str(folder), "gemm_8192_bf16"], ["run", "h100_sxm5_80gb", str(folder)]):
+        assert main(args) == 2
+        assert capsys.readouterr().err == f"gpusim: {folder}: is a directory, not a file\n"
 
 
 def test_binary_file(tmp_path):

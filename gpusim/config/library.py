@@ -49,6 +49,8 @@ def resolve(name_or_path: str | Path, kind: str, relative_to: Path | None = None
     files = builtin_files(kind)
     if stem in files and not ("/" in text):
         return files[stem]
+    if any(c.is_dir() for c in candidates):
+        raise ConfigError(text, "", "is a directory, not a file")
     if looks_like_path:
         raise ConfigError(text, "", "file not found")
     close = [n for n in files if n.startswith(text)][:3] or difflib.get_close_matches(text, list(files), n=1, cutoff=0.6)
