@@ -225,7 +225,12 @@ def test_a_key_written_twice_is_refused(tmp_path, capsys):
     path.write_text("schema_version: 1\nname: dup\nops:\n"
                     "  - {name: mm, op: matmul, m: 8, n: 16, k: 16, m: 32, dtype: bf16}\n")
     assert main(["run", HW, str(path)]) == 2
-    assert one_line_error(capsys) == f"gpusim: {path}: m: line 4: key written twice in one mapping"
+    assert one_line_error(capsys) == f"gpusim: {path}: ops.0.m: line 4: key written twice in one mapping"
+    # with its path in the file, as any other key
+    hw = tmp_path / "dup_hw.yaml"
+    hw.write_text("schema_version: 1\nkind: gpu\nname: x\ngpu:\n  num_sms: 4\n  num_sms: 5\n")
+    assert main(["check", str(hw)]) == 2
+    assert one_line_error(capsys) == f"gpusim: {hw}: gpu.num_sms: line 6: key written twice in one mapping"
 
 
 def test_a_bandwidth_without_its_unit_is_refused(capsys):

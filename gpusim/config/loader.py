@@ -55,22 +55,6 @@ class _DuplicateKey(Exception):
         self.key, self.line = key, line
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key written twice in one mapping (plain YAML keeps the last
-    silently, so a pasted second ``m:`` would win unnoticed)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: set = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, (str, int, float, bool)):
-                continue  # an unhashable key is refused later, with the other bad keys
-            if key in seen:
-                raise _DuplicateKey(key, key_node.start_mark.line + 1)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 MAX_YAML_DEPTH = 100
 """Deepest nesting of mappings and lists a description may have (the built-in ones use fewer than 10)."""
 MAX_YAML_NODES = 1_000_000
@@ -106,15 +90,42 @@ def _check_expanded_size(root, source: str) -> None:
     size(root, 0)
 
 
+def _check_duplicate_keys(root: yaml.Node) -> None:
+    """Raise :class:`_DuplicateKey` with the dotted path of the first key written twice in one mapping
+    (plain YAML keeps the last silently, so a pasted second ``m:`` would win unnoticed)."""
+    seen_nodes: set[int] = set()
+
+    def walk(node: yaml.Node, path: str) -> None:
+        if id(node) in seen_nodes:  # an alias: its keys were checked where it was defined
+            return
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set[str] = set()
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                where = f"{path}.{key}" if path else str(key)
+                if key is not None:
+                    if key in keys and key != "<<":
+                        raise _DuplicateKey(where, key_node.start_mark.line + 1)
+                    keys.add(key)
+                walk(value_node, where)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, f"{path}.{i}" if path else str(i))
+
+    walk(root, "")
+
+
 def parse_yaml(text: str, source: str) -> dict[str, Any]:
     if not text.strip():
         raise ConfigError(source, "", "file is empty")
     try:
-        loader = _UniqueKeyLoader(text)
+        loader = yaml.SafeLoader(text)
         try:
             node = loader.get_single_node()
             if node is not None:
                 _check_expanded_size(node, source)
+                _check_duplicate_keys(node)
             data = loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
