@@ -57,7 +57,7 @@ from gpusim.config.hardware import DTYPES
 from gpusim.engine.machine import Machine, machine_of
 from gpusim.errors import SimulationError
 from gpusim.results.result import track_stage
-from gpusim.units import format_quantity, plural
+from gpusim.units import format_duration, plural
 
 MIN_CLOCK_FRACTION = 0.3
 """Lowest clock the power controller may choose, as a fraction of the rated clock (H100 SXM: about
@@ -362,7 +362,7 @@ def apply_power_cap(result, hardware, tdp_w: float | None = None):
             value = getattr(result, key)
             if value is not None:
                 changes[key] = value * scale
-    longer = (f"the run takes {format_quantity(shift, 's')} longer" if shift > 0 else
+    longer = (f"the run takes {format_duration(shift)} longer" if shift > 0 else
               "the run takes no longer (at the lower clock their math and L2 traffic still fit in their time)")
     warning = (f"power cap {cap:.0f} W: {plural(throttled, 'kernel')} throttled to as low as {min_r:.1%} of the rated "
                f"clock; {longer}")

@@ -59,7 +59,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from gpusim.errors import ConfigError
     from gpusim.report.plots import compare_figure, compare_rows, save_figure
     from gpusim.results.export import announce_written, check_outputs, write_json
-    from gpusim.units import format_quantity, plural
+    from gpusim.units import format_duration, format_quantity, plural
 
     if len(args.names) < 3:
         raise ConfigError("command line", "HW", f"give two or more HW and a WORKLOAD (got {plural(len(args.names), 'name')}; "
@@ -89,7 +89,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         energy = format_quantity(row["energy_j"], "j") if "energy_j" in row else "-"
         mem = f"{row['peak_memory_bytes'] / 2**30:.1f}/{row['memory_capacity_bytes'] / 2**30:.0f}" + \
               ("" if row["fits_in_memory"] else "!")
-        print(f"  {row['hardware'][:22]:<22} {format_quantity(row['time_s'], 's'):>10} "
+        print(f"  {row['hardware'][:22]:<22} {format_duration(row['time_s']):>10} "
               f"{row['speedup_vs_first']:>7.2f}x {row['achieved_flop_per_s'] / 1e12:8.1f} {samples:>10} {mfu:>6} "
               f"{mem:>11} {energy:>10}")
     if any(not r["fits_in_memory"] for r in rows):

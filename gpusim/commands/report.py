@@ -56,20 +56,20 @@ def markdown_summary(result, top: int = 10, run_cost: dict | None = None) -> str
     lines += ["", "## Time by category", "", "| category | time | share |", "|---|---:|---:|"]
     for k, v in sorted(result.time_breakdown_s.items(), key=lambda kv: -kv[1]):
         if v > 0:
-            lines.append(f"| {k} | {format_quantity(v, 's')} | {v / total:.1%} |")
+            lines.append(f"| {k} | {format_duration(v)} | {v / total:.1%} |")
     block = " (one representative block of the step)" if representative_block(result) else ""
     lines += ["", f"## Time per kernel kind{block}", "", "| op | time | share | main bound |", "|---|---:|---:|---|"]
     table = breakdown_table(result, "op")
     ktotal = sum(sum(c.values()) for c in table.values()) or 1.0
     for op, cats in sorted(table.items(), key=lambda kv: -sum(kv[1].values())):
         t = sum(cats.values())
-        lines.append(f"| {op} | {format_quantity(t, 's')} | {t / ktotal:.1%} | {max(cats, key=cats.get)} |")
+        lines.append(f"| {op} | {format_duration(t)} | {t / ktotal:.1%} | {max(cats, key=cats.get)} |")
     if top > 0:
         lines += ["", f"## Slowest {top} kernels{block}", "",
                   "| kernel | launches | time | TFLOP/s | GB/s | L2 hit | bound |", "|---|---:|---:|---:|---:|---:|---|"]
     for k in sorted(result.kernels, key=lambda k: -k.time_s)[:top]:
         gbs = k.dram_bytes / k.time_s / 1e9 if k.time_s > 0 else 0.0
-        lines.append(f"| {k.name} | {max(1, int(k.repeat)):,} | {format_quantity(k.time_s, 's')} | "
+        lines.append(f"| {k.name} | {max(1, int(k.repeat)):,} | {format_duration(k.time_s)} | "
                      f"{k.achieved_flop_per_s / 1e12:.1f} | "
                      f"{gbs:,.0f} | {k.l2_hit_fraction:.0%} | {k.bound} |")
     if result.warnings:

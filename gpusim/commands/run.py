@@ -198,7 +198,7 @@ def print_summary(result) -> None:
     top = sorted(result.kernels, key=lambda k: k.time_s, reverse=True)[:8]
     print(f"  {'kernel':<44} {'launches':>8} {'time':>10} {'TFLOP/s':>8} {'GB/s':>7} {'L2 hit':>6} bound")
     for k in top:
-        print(f"  {k.name[:44]:<44} {max(1, int(k.repeat)):>8,} {format_quantity(k.time_s, 's'):>10} "
+        print(f"  {k.name[:44]:<44} {max(1, int(k.repeat)):>8,} {format_duration(k.time_s):>10} "
               f"{k.achieved_flop_per_s / 1e12:8.1f} "
               f"{(k.dram_bytes / k.time_s / 1e9 if k.time_s else 0):7.0f} {k.l2_hit_fraction:6.0%} {k.bound}"
               + (f" ({k.plan['compute_limiter']})" if k.bound == "compute" and k.plan.get("compute_limiter") else "")
