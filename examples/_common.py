@@ -100,7 +100,9 @@ def ratio_text(x: float) -> str:
 
 def cli(main: Callable[..., dict[str, Any]]) -> None:
     """``python examples/cNN_x.py [--quick] [--out DIR] [--json]``."""
-    parser = argparse.ArgumentParser(description=(main.__module__ or "").strip())
+    script = sys.modules.get(main.__module__)  # the example script: its docstring's first paragraph names the claim
+    doc = (getattr(script, "__doc__", None) or "").strip()
+    parser = argparse.ArgumentParser(description=" ".join(doc.split("\n\n")[0].split()) or None)
     parser.add_argument("--quick", action="store_true", help="smaller sizes (what the tests run)")
     parser.add_argument("--out", default="example-output", help="folder for plots (default example-output)")
     parser.add_argument("--json", action="store_true", help="print the returned numbers as JSON")

@@ -26,8 +26,8 @@ def main(quick: bool = False, out_dir: Path = Path("example-output")) -> dict:
         for k in r.kernels:
             by[k.bound] = by.get(k.bound, 0.0) + k.time_s
         shares[wl] = {b: t / total for b, t in by.items()}
-        n_mem = sum(1 for k in r.kernels if k.bound == "memory")
-        print(f"{wl:<22} {len(r.kernels):4d} kernels, {n_mem:4d} memory-bound; time share: " +
+        n_mem = sum(max(1, int(k.repeat)) for k in r.kernels if k.bound == "memory")
+        print(f"{wl:<22} {r.num_kernel_launches:6,d} kernel launches, {n_mem:6,d} memory-bound; share of kernel time: " +
               ", ".join(f"{b} {s:.0%}" for b, s in sorted(shares[wl].items(), key=lambda kv: -kv[1])))
         if not quick or wl == "bert_base_train":
             save_figure(roofline_figure(r, hardware), out_dir / f"c03_roofline_{wl}.png")

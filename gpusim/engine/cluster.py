@@ -292,7 +292,7 @@ def run_step(fabric: Fabric | None, stages: list[StageModel], lp: LayoutPlan, *,
             computing[s] = None
             break
         stats[s]["compute"] += seconds
-        stats[s]["comm"] += env.now - t0 - seconds
+        stats[s]["comm"] += max(0.0, env.now - t0 - seconds)  # float noise of the interrupted timeouts
 
     def port_bytes(plan: CollectivePlan) -> tuple[float, float]:
         """(NVLink, network) bytes of ``plan`` at the ports' full rates: its bytes scaled by how far
