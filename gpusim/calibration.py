@@ -41,6 +41,7 @@ from gpusim.config.library import load_hardware
 from gpusim.engine.kernel import simulate_kernel
 from gpusim.engine.machine import Calibration, machine_of
 from gpusim.mapping import best_gemm
+from gpusim.units import plural
 
 LARGE_GEMM_FLOP = 1e11
 LARGE_STREAM_BYTES = 1e8
@@ -301,7 +302,7 @@ def overlay_yaml(base: str, factors: list[FittedFactor], measurements: str) -> s
         "gpu:",
         "  calibration:",
     ]
-    summary = "; ".join(f"{f.name.removesuffix('_fraction')} = {f.method} of {f.num_cases} cases" for f in factors)
+    summary = "; ".join(f"{f.name.removesuffix('_fraction')} = {f.method} of {plural(f.num_cases, 'case')}" for f in factors)
     lines.append(f"    source: \"fitted by gpusim calibrate on {measurements}: {summary}\"")
     for f in factors:
         lines.append(f"    {f.name}: {f.value}")
@@ -420,7 +421,7 @@ def stale_calibration(hw: str, cases) -> list[StaleFactor]:
         label = FACTOR_LABELS.get(f.name)
         value = getattr(recorded, f.name)
         if not _close(value, f.value):
-            out.append(StaleFactor(name, f.name, value, f.value, f"a refit on {f.num_cases} cases"))
+            out.append(StaleFactor(name, f.name, value, f.value, f"a refit on {plural(f.num_cases, 'case')}"))
         quoted = re.search(rf"{re.escape(label)} {QUOTED_COUNT}", source) if label else None
         if quoted and int(quoted.group(1)) != f.num_cases:
             out.append(StaleFactor(name, f"{f.name} case count", float(quoted.group(1)), float(f.num_cases),

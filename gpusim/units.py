@@ -207,7 +207,7 @@ def format_quantity(value: float, dimension: str, digits: int = 4) -> str:
     """Format an SI value with a readable decimal prefix (``3.35e12, 'bytes_per_s'`` -> ``3.35 TB/s``)."""
     unit = {
         "bytes": "B", "bytes_per_s": "B/s", "s": "s", "hz": "Hz", "w": "W", "j": "J",
-        "flop": "FLOP", "flop_per_s": "FLOP/s", "j_per_flop": "J/FLOP", "j_per_byte": "J/B",
+        "flop": "FLOP", "flop_per_s": "FLOP/s", "op_per_s": "OP/s", "j_per_flop": "J/FLOP", "j_per_byte": "J/B",
         "usd": "USD", "dimensionless": "",
     }[dimension]
     if value == 0:

@@ -526,3 +526,18 @@ def test_workload_show_counts_op_launches_with_plurals_and_prints_warnings(capsy
     assert "warning: prompt_len + generate_len (5128) is longer than config.seq_len (4096)" in capsys.readouterr().out
     assert main(["workload", "show", "llama2_7b_inference", "--set", "prompt_len=5000", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["warnings"]
+
+
+def test_compare_commands_need_two_descriptions_and_one_workload(capsys):
+    assert main(["hw", "compare", HW]) == 2
+    assert one_line_error(capsys).startswith("gpusim: command line: HW: give two or more descriptions to compare")
+    # a second workload (or the order reversed) is named as a workload, before anything is simulated
+    assert main(["compare", HW, "a100_sxm4_80gb", GEMM, "bert_base_train"]) == 2
+    assert one_line_error(capsys) == (f"gpusim: command line: HW: {GEMM} is a workload: compare runs one WORKLOAD, "
+                                      "given last, on two or more HW")
+
+
+def test_integer_peaks_are_operations_not_flop(capsys):
+    assert main(["hw", "show", HW]) == 0
+    lines = {" ".join(line.split()) for line in capsys.readouterr().out.splitlines()}
+    assert {"peak INT8 1.979 POP/s", "peak FP8 1.979 PFLOP/s"} <= lines

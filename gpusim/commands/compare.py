@@ -12,6 +12,7 @@ from gpusim.errors import GpusimError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare", help="one workload on several hardware descriptions: table and bar chart",
+        usage="gpusim compare [options] HW HW [HW ...] WORKLOAD",
         description="Simulate WORKLOAD on every HW and print time, throughput, MFU, memory and energy side "
                     "by side, with the speed-up relative to the first HW.",
         epilog="Example: gpusim compare xeon_8480 a100_sxm4_80gb h100_sxm5_80gb resnet50_train -o compare.png")
@@ -55,6 +56,24 @@ def _progress(i: int, n: int, label: str) -> None:
     print(f"\r[{'#' * filled}{'.' * (width - filled)}] {i}/{n} {label:<24}", end=end, file=sys.stderr, flush=True)
 
 
+def _refuse_workloads_among_hardware(names: list[str]) -> None:
+    """A workload name where a HW is expected (a second workload, or the order reversed) is named as
+    one, instead of failing its simulation as an unknown description."""
+    from gpusim.config.library import resolve
+    from gpusim.errors import ConfigError
+
+    for name in names:
+        try:
+            resolve(name, "hwconfigs")
+        except ConfigError:
+            try:
+                resolve(name, "workloads")
+            except ConfigError:
+                continue  # neither: its own error comes when it is loaded
+            raise ConfigError("command line", "HW", f"{name} is a workload: compare runs one WORKLOAD, given last, "
+                                                    "on two or more HW") from None
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from gpusim.errors import ConfigError
     from gpusim.report.plots import compare_figure, compare_rows, save_figure
@@ -65,6 +84,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError("command line", "HW", f"give two or more HW and a WORKLOAD (got {plural(len(args.names), 'name')}; "
                           "`gpusim run HW WORKLOAD` simulates one)")
     *hardware_names, workload_name = args.names
+    _refuse_workloads_among_hardware(hardware_names)
     # outputs are checked before the simulations
     from gpusim.commands.run import input_files
 

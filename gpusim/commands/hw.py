@@ -105,7 +105,7 @@ _ROWS: list[tuple[str, str, str]] = [
     ("peak_flop_per_s.fp16", "peak FP16", "flop_per_s"),
     ("peak_flop_per_s.bf16", "peak BF16", "flop_per_s"),
     ("peak_flop_per_s.fp8", "peak FP8", "flop_per_s"),
-    ("peak_flop_per_s.int8", "peak INT8", "flop_per_s"),
+    ("peak_flop_per_s.int8", "peak INT8", "op_per_s"),  # integer operations, not floating-point
     ("peak_flop_per_s.fp4", "peak FP4", "flop_per_s"),
     ("sustained_tensor_clock_hz", "tensor clock in GEMMs", "hz"),
     ("dram_bandwidth_bytes_per_s", "DRAM bandwidth", "bytes_per_s"),
@@ -175,6 +175,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from gpusim.errors import ConfigError
 
+    if len(args.hardware) < 2:
+        raise ConfigError("command line", "HW", "give two or more descriptions to compare (`gpusim hw show NAME` "
+                                                "shows one)")
     infos = []
     for name in args.hardware:
         try:
