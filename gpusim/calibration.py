@@ -16,8 +16,9 @@ clock and issue efficiency, achievable DRAM bandwidth), not any single point:
   the slope (on a 0.05 grid) whose loaded DRAM latency gives the least mean absolute log error,
   with the fitted DRAM fraction applied. Fitted only from at least three such cases.
 * ``dram_mixed_traffic_loss_fraction``: full-occupancy streams that both read and write (scale,
-  triad) against those that only read or write: the loss (0.01 grid) under which they need the same
-  DRAM fraction. Fitted where both kinds were measured, before the DRAM fraction.
+  triad) against those that only read or write, of the same benchmark (``library``): the loss (0.01
+  grid) under which they need the same DRAM fraction. Fitted where one benchmark measured both
+  kinds, before the DRAM fraction.
 * ``cta_turnaround_cycles``: store-only streams at partial occupancy (25-cycle grid), at least three.
 
 The four DRAM-side factors depend on each other and are fitted together (:func:`fit_calibration`).
@@ -78,7 +79,15 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
     full_streams = [c for c in own if c.op == "stream" and (c.occupancy_fraction or 1.0) >= 1.0]
     partial = [c for c in own if c.op == "stream" and (c.occupancy_fraction or 1.0) < 1.0]
     store_only = [c for c in partial if c.variant == "init"]
-    mixed_and_one_way = {_writes_and_reads(c) for c in full_streams} == {True, False}
+    # the read/write loss compares streams that read and write with those that only read or write
+    # within one benchmark: a benchmark without one-way streams (BabelStream) says nothing about it,
+    # and its level against another benchmark's would be read as a loss
+    by_library: dict[str, list] = {}
+    for c in full_streams:
+        by_library.setdefault(c.library or "", []).append(c)
+    mix_streams = [c for rows in by_library.values() if {_writes_and_reads(c) for c in rows} == {True, False}
+                   for c in rows]
+    mixed_and_one_way = bool(mix_streams)
     memory: list[FittedFactor] = []
     # The memory factors depend on each other (a full-occupancy read on a fast HBM is latency-limited
     # too): the read/write loss (with the DRAM fraction), the CTA turnaround and the loaded-latency
@@ -88,9 +97,9 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
         memory_machine = _with_fitted(machine, memory, *MEMORY_FACTORS[1:])
         fitted = []
         if mixed_and_one_way and "dram_mixed_traffic_loss_fraction" not in preset:
-            loss = fit_mixed_traffic_loss(memory_machine, device, full_streams)
-            fitted.append(FittedFactor("dram_mixed_traffic_loss_fraction", loss, len(full_streams),
-                                       tuple(c.case_id for c in full_streams), "least-error fit"))
+            loss = fit_mixed_traffic_loss(memory_machine, device, mix_streams)
+            fitted.append(FittedFactor("dram_mixed_traffic_loss_fraction", loss, len(mix_streams),
+                                       tuple(c.case_id for c in mix_streams), "least-error fit"))
         with_loss = _with_fitted(memory_machine, fitted, "dram_mixed_traffic_loss_fraction")
         rates = {f.name: f for f in _fit_rate_factors(with_loss, device, own)}
         if "dram_bandwidth_fraction" in rates:

@@ -139,3 +139,18 @@ def test_t4_dram_fraction_is_the_fit_of_its_scored_elementwise_rows(cases):
     fitted = {f.name: f for f in fit_calibration("t4", cases)}
     assert fitted["dram_bandwidth_fraction"].num_cases == 3
     assert load_hardware("t4").gpu.calibration.dram_bandwidth_fraction == fitted["dram_bandwidth_fraction"].value
+
+
+def test_the_read_write_loss_is_fitted_within_one_benchmark(cases):
+    # BabelStream measures only streams that read and write: it says nothing about the read/write
+    # loss, so the MI300X (BabelStream only) gets none, and the H200 keeps the one fitted on
+    # gpu-benches' own init/read/scale/triad when the held-out BabelStream rows join its cases
+    from gpusim.calibration import fit_calibration
+    from gpusim.measurements import heldout_dir
+
+    assert "dram_mixed_traffic_loss_fraction" not in {f.name for f in fit_calibration("mi300x", cases)}
+    extra = load_kernel_cases(heldout_dir() / "azure_babelstream_hbm.csv")
+    fitted = {f.name: f for f in fit_calibration("h200_sxm_141gb", [*cases, *extra])}
+    loss = fitted["dram_mixed_traffic_loss_fraction"]
+    assert loss.num_cases == 4 and all(c.startswith("h200_stream_") for c in loss.case_ids)
+    assert loss.value == machine_of(load_hardware("h200_sxm_141gb")).calibration.dram_mixed_traffic_loss_fraction

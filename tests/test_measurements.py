@@ -605,3 +605,20 @@ def test_heldout_neusight_bmm_sample_pins_the_profiled_kernel_and_is_disjoint():
         bm, bn = (int(x) for x in c.kernel_tile.split("x")[:2])
         assert f"{bm}x{bn}" in c.notes or f"{bn}x{bm}" in c.notes, c.case_id
     assert_disjoint_from_scored(cases, key)
+
+
+def test_heldout_azure_babelstream_rows_use_babelstreams_byte_count_and_are_disjoint():
+    # the BabelStream copy/mul/add/triad rows of Azure's benchmarking tables for the GPUs that already
+    # have a DRAM fit from another stream benchmark; the MI300X rows of the same tables are scored
+    cases = heldout_cases("azure_babelstream_hbm.csv", 12)
+
+    def key(c):
+        return c.gpu, c.op, c.variant, c.library
+
+    assert {c.gpu for c in cases} == {"a100_sxm4_80gb", "h100_sxm5_80gb", "h200_sxm_141gb"}
+    assert all(c.op == "stream" and c.library == "babelstream" and c.occupancy_fraction == 1.0 for c in cases)
+    assert all(c.num_bytes == 1308622848 * 8 for c in cases)  # the fork's ARRAY_SIZE doubles per array
+    assert {c.variant for c in cases} == {"copy", "scale", "add", "triad"}
+    scored = [c for c in load_kernel_cases() if c.library == "babelstream"]
+    assert {c.gpu for c in scored} == {"mi300x"} and len(scored) == 4
+    assert_disjoint_from_scored(cases, key)
