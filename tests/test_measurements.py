@@ -627,7 +627,9 @@ def test_heldout_azure_babelstream_rows_use_babelstreams_byte_count_and_are_disj
 def test_heldout_azure_gemm_tables_are_disjoint_and_flop_consistent():
     # the GEMM tables of the same Azure guide: FP8 cuBLASLt on H100 and H200, FP16 on the A100 (its
     # 32768^3 cell is empty), FP8 hipBLASLt on the MI300X, nine shapes each
-    cases = heldout_cases("azure_gemm_tables.csv", 35)
+    # (its 4096^3 cell repeats a scored Vidur shape and is left out); no row repeats a scored case
+    # (XLA's FP8 squares of the same sizes are in the dataset but excluded, flag F8)
+    cases = heldout_cases("azure_gemm_tables.csv", 34)
 
     def key(c):
         return c.gpu, c.dtype, c.m, c.n, c.k, c.batch or 1
@@ -635,5 +637,5 @@ def test_heldout_azure_gemm_tables_are_disjoint_and_flop_consistent():
     assert {(c.gpu, c.dtype) for c in cases} == {("h100_sxm5_80gb", "fp8_e4m3"), ("h200_sxm_141gb", "fp8_e4m3"),
                                                  ("a100_sxm4_80gb", "fp16"), ("mi300x", "fp8_e4m3fnuz")}
     assert all(c.op == "matmul" and c.metric == "flop_per_s" and c.timing_method == "kernel_only" for c in cases)
-    assert sum(c.gpu == "a100_sxm4_80gb" for c in cases) == 8
-    assert_disjoint_from_scored(cases, key)
+    assert sum(c.gpu == "a100_sxm4_80gb" for c in cases) == 7
+    assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases() if not c.excluded}
