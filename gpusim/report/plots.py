@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from gpusim.config.derived import summary
+from gpusim.report.text import launch_summary
 
 BOUND_COLORS = {
     "compute": "#1f77b4",
@@ -221,7 +222,7 @@ def timeline_figure(result, *, title: str | None = None, max_spans: int = 50_000
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(tracks) > 2 else -0.5),
               ncol=min(len(handles), 5), fontsize=8)
     ax.set_title(title or f"Timeline: {result.workload} on {result.hardware} "
-                          f"({end * scale:,.3g} {unit}, {len(result.kernels)} kernels)", fontsize=10)
+                          f"({end * scale:,.3g} {unit}, {launch_summary(result).rsplit(', launch ', 1)[0]})", fontsize=10)
     return fig
 
 
