@@ -93,3 +93,16 @@ def test_report_carries_the_layout_per_gpu_memory_and_run_costs(tmp_path, capsys
     assert "in one representative block of the step" in report
     assert main(["report", str(path), "--top", "0"]) == 0
     assert "Slowest" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("hw, said", [
+    ("h100_sxm5_80gb", None),  # every rate fitted
+    ("p100_pcie_16gb", None),  # no tensor cores: only its CUDA-core GEMM and DRAM rates need a fit, and have one
+    ("rtx_4090", "rtx_4090's calibration fits no DRAM rate from measurements: that runs at the datasheet peak"),
+    ("l40", "l40's calibration fits no tensor-core or CUDA-core GEMM rate from measurements: those run at the "
+            "datasheet peak"),
+    ("xeon_8480", "xeon_8480 has no calibration: block"),
+])
+def test_a_run_names_the_rates_no_calibration_fits(hw, said):
+    notes = [w for w in _run(hw, "gemm_8192_bf16").warnings if "calibration" in w]
+    assert (notes == []) if said is None else (len(notes) == 1 and notes[0].startswith(said))

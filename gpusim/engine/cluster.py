@@ -27,6 +27,7 @@ import simpy
 from gpusim.engine.collectives import (CollectivePlan, Fabric, fabric_of, intra_node_all_reduce_plan,
                                        plan_collective)
 from gpusim.engine.fluid import FluidSystem
+from gpusim.engine.machine import machine_of
 from gpusim.engine.simulate import model_peak_flop_per_s, opening_warnings, simulate
 from gpusim.errors import ConfigError, SimulationError
 from gpusim.results.result import SimulationResult, Span, stage_track
@@ -719,7 +720,7 @@ def _simulate_model(hardware, workload, launch_mode, record_spans, notes) -> Sim
     par = spec.parallelism
     t, p, d, cp = par.tensor, par.pipeline, par.data, par.context
     n_gpus = par.num_gpus
-    warnings = opening_warnings(notes, workload, hardware.name, hardware.gpu.calibration is not None)
+    warnings = opening_warnings(notes, workload, machine_of(hardware))
     if n_gpus > hardware.num_gpus:
         raise _error(workload, "parallelism", f"the layout needs {n_gpus} GPUs (data {d} x context {cp} x tensor {t}"
                      f" x pipeline {p}); {hardware.name} has {hardware.num_gpus} (set num_nodes)")

@@ -48,6 +48,8 @@ class Calibration:
     """Fixed lifetime of a streaming kernel's CTA besides its memory round trips (launch, issue,
     retirement), in SM clock cycles, which CTAs that each touch a few bytes cannot hide; 0 = none."""
     source: str = "uncalibrated (datasheet values)"
+    given: frozenset[str] = frozenset()
+    """The factors the ``calibration:`` block sets (the others keep their defaults)."""
 
     @property
     def fitted(self) -> bool:
@@ -59,6 +61,28 @@ def uncalibrated_note(name: str) -> str:
     """The warning a run on a description without a ``calibration:`` block carries."""
     return (f"{name} has no calibration: block, so its rates are datasheet peaks and its times ideal, not "
             "comparable with calibrated descriptions (`gpusim calibrate` fits one from measurements)")
+
+
+RATE_FACTORS = (("tensor_efficiency_fraction", "tensor-core"), ("vector_efficiency_fraction", "CUDA-core GEMM"),
+                ("dram_bandwidth_fraction", "DRAM"))
+"""The rate factors a calibration fits from measurements, and how a warning names each."""
+
+
+def calibration_note(machine: "Machine") -> str | None:
+    """The warning a run carries about rates its description's calibration does not fit: all of them
+    (no ``calibration:`` block), or those its block leaves at the datasheet peak (a tensor-core rate
+    only where the device has tensor cores). None when every one is fitted."""
+    cal = machine.calibration
+    if not cal.fitted:
+        return uncalibrated_note(machine.name)
+    missing = [label for name, label in RATE_FACTORS if name not in cal.given
+               and (name != "tensor_efficiency_fraction" or machine.matrix_flop_per_cycle)]
+    if not missing:
+        return None
+    named = missing[0] if len(missing) == 1 else f"{', '.join(missing[:-1])} or {missing[-1]}"
+    return (f"{machine.name}'s calibration fits no {named} rate from measurements: "
+            f"{'that runs' if len(missing) == 1 else 'those run'} at the datasheet peak (ideal), not comparable with "
+            "fitted descriptions")
 
 
 NATIVE_ONLY_MATRIX_DTYPES = frozenset({"fp8", "fp4"})
@@ -282,7 +306,7 @@ def _calibration(spec) -> Calibration:
     if spec is None:
         return Calibration()
     values = {k: v for k, v in spec.model_dump().items() if v is not None}
-    return Calibration(**values)
+    return Calibration(**values, given=frozenset(values))
 
 
 def _rates(rates) -> dict[str, float]:

@@ -20,7 +20,7 @@ import simpy
 from gpusim.config.derived import peak_flop_per_s
 from gpusim.config.hardware import LAUNCH_MODES, HardwareDescription
 from gpusim.engine.kernel import KernelTiming, simulate_kernel
-from gpusim.engine.machine import Machine, machine_of, uncalibrated_note
+from gpusim.engine.machine import Machine, calibration_note, machine_of
 from gpusim.errors import SimulationError
 from gpusim.mapping import LINK_CATEGORIES, map_op
 from gpusim.results.result import KernelRecord, SimulationResult, Span
@@ -38,11 +38,12 @@ class _Item:
     launch_s: float
 
 
-def opening_warnings(notes: tuple[str, ...], workload, device_name: str, calibrated: bool) -> list[str]:
-    """The warnings a run starts with, each once: the caller's ``notes``, the workload's own, and, for a
-    description without a calibration block, that its times are ideal."""
+def opening_warnings(notes: tuple[str, ...], workload, machine: Machine) -> list[str]:
+    """The warnings a run starts with, each once: the caller's ``notes``, the workload's own, and which
+    of the device's rates no calibration fits (those run at datasheet peaks: times ideal)."""
     out = list(notes)
-    for note in (*getattr(workload, "notes", ()), *(() if calibrated else (uncalibrated_note(device_name),))):
+    calibration = calibration_note(machine)
+    for note in (*getattr(workload, "notes", ()), *((calibration,) if calibration else ())):
         if note not in out:
             out.append(note)
     return out
@@ -104,7 +105,7 @@ def simulate(hardware: HardwareDescription, workload, *, launch_mode: str = "eag
         machine = machine.with_warp_mma_libraries()
     if getattr(getattr(workload, "spec", None), "fp8_promotion", "overlapped") == "in_series":
         machine = machine.with_in_series_fp8_promotion()
-    warnings = opening_warnings(notes, workload, machine.name, machine.calibration.fitted)
+    warnings = opening_warnings(notes, workload, machine)
 
     # ---- memory: does it fit? ---------------------------------------------------------------
     memory = getattr(workload, "memory", None)
