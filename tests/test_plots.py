@@ -180,3 +180,11 @@ def test_a_run_without_kernels_plots_without_warnings(tmp_path, recwarn):
     assert main(["plot", "timeline", str(result), "-o", str(tmp_path / "t.png")]) == 0
     assert main(["plot", "breakdown", str(result), "-o", str(tmp_path / "b.png")]) == 0
     assert [str(w.message) for w in recwarn if issubclass(w.category, UserWarning)] == []
+
+
+def test_collectives_and_host_copies_are_not_roofline_points():
+    # a 1 GiB all-reduce's reduction FLOP ride on link time: no point at the roofline's right edge
+    _, result = _run("dgx_h100", "all_reduce_1gib")
+    assert result.total_flop > 0 and roofline_points(result) == []
+    _, result = _run("h100_sxm5_80gb", "mlp_mnist")  # its input's host-to-device copy is not a point
+    assert {p["op"] for p in roofline_points(result)}.isdisjoint({"host_to_device", "device_to_host"})

@@ -88,11 +88,13 @@ def kernel_category(record) -> str:
 
 
 def roofline_points(result) -> list[dict[str, Any]]:
-    """One point per kernel with FLOP: arithmetic intensity (FLOP per DRAM byte) and achieved FLOP/s."""
+    """One point per kernel with FLOP: arithmetic intensity (FLOP per DRAM byte) and achieved FLOP/s.
+    Host copies and collectives are not kernels on the device's roofline (a collective's reduction
+    FLOP ride on link time)."""
     points = []
     for k in result.kernels:
         work = k.flop if k.executed_flop is None else k.executed_flop
-        if work <= 0 or k.time_s <= 0:
+        if work <= 0 or k.time_s <= 0 or (k.plan or {}).get("engine") == "copy":
             continue
         points.append({
             "name": k.name, "op": k.op, "dtype": str(k.plan.get("dtype", "fp32")), "bound": k.bound,
