@@ -63,7 +63,9 @@ def test_timeline_tracks(hw, wl):
     fig = timeline_figure(result)
     ax = fig.axes[0]
     assert "Timeline" in ax.get_title()
-    _labelled(ax)
+    assert ax.get_xlabel() and ax.get_ylabel()
+    # the legend is the figure's, below the axes in room the layout keeps for it
+    assert len(fig.legends) == 1 and fig.legends[0].get_texts()
     ticks = [t.get_text() for t in ax.get_yticklabels()]
     assert "stream 0" in ticks and "SMs" in ticks and "HBM" in ticks
     # the x range covers the whole run

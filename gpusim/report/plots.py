@@ -8,6 +8,7 @@ Agg canvas), so callers and tests can inspect titles, labels and legends before 
 from __future__ import annotations
 
 import io
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
@@ -221,8 +222,10 @@ def timeline_figure(result, *, title: str | None = None, max_spans: int = 50_000
     handles += [Patch(color=c, label=label) for t, (c, label) in shaded.items() if t in tracks]
     if not handles:
         handles = [Patch(color=BOUND_COLORS["other"], label="span")]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(tracks) > 2 else -0.5),
-              ncol=min(len(handles), 5), fontsize=8)
+    # below the axes, in room the constrained layout keeps for it (a one-track chart clipped it)
+    ncol = min(len(handles), 5)
+    fig.set_figheight(fig.get_figheight() + 0.25 * math.ceil(len(handles) / ncol))
+    fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=8)
     ax.set_title(title or f"Timeline: {result.workload} on {result.hardware} "
                           f"({end * scale:,.3g} {unit}, {launch_summary(result).rsplit(', launch ', 1)[0]})", fontsize=10)
     return fig
