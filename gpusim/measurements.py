@@ -233,12 +233,14 @@ def heldout_dir() -> Path:
 
 
 def heldout_files() -> list[tuple[str, Path]]:
-    """(``kernels`` or ``training``, path) of every held-out CSV, by name; the kind comes from its header."""
+    """(``kernels``, ``communication`` or ``training``, path) of every held-out CSV, by name; the kind
+    comes from its header."""
     files = []
     for path in sorted(heldout_dir().glob("*.csv")):
         with path.open(newline="", encoding="utf-8") as fh:
             header = next(csv.reader(fh), [])
-        files.append(("training" if "model" in header else "kernels", path))
+        kind = "training" if "model" in header else "communication" if "collective" in header else "kernels"
+        files.append((kind, path))
     return files
 
 

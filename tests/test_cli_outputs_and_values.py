@@ -541,3 +541,12 @@ def test_integer_peaks_are_operations_not_flop(capsys):
     assert main(["hw", "show", HW]) == 0
     lines = {" ".join(line.split()) for line in capsys.readouterr().out.splitlines()}
     assert {"peak INT8 1.979 POP/s", "peak FP8 1.979 PFLOP/s"} <= lines
+
+
+def test_communication_measurements_are_read_by_the_communication_suite_only(capsys):
+    path = "measurements/heldout/azure_nccl_all_reduce.csv"
+    assert main(["accuracy", "--suite", "kernels", "--communication-measurements", path]) == 2
+    assert one_line_error(capsys) == f"gpusim: --communication-measurements: {path}: is not read by --suite kernels"
+    assert main(["accuracy", "--suite", "communication", "--communication-measurements", path]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"communication ({path}):") and "65 cases" in out

@@ -639,3 +639,23 @@ def test_heldout_azure_gemm_tables_are_disjoint_and_flop_consistent():
     assert all(c.op == "matmul" and c.metric == "flop_per_s" and c.timing_method == "kernel_only" for c in cases)
     assert sum(c.gpu == "a100_sxm4_80gb" for c in cases) == 7
     assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases() if not c.excluded}
+
+
+def test_heldout_azure_nccl_all_reduce_sweep_is_read_as_communication_and_disjoint():
+    # the guide's 8-GPU all-reduce busbw sweeps from 32 KiB (the collectives target's range) to 8 GiB,
+    # less the sizes the scored communication.csv already has for the same system
+    from gpusim.measurements import heldout_files, load_communication_cases
+
+    path = heldout_dir() / "azure_nccl_all_reduce.csv"
+    assert ("communication", path) in heldout_files()
+    cases = load_communication_cases(path)
+    assert len(cases) == 65 and len({c.case_id for c in cases}) == 65
+    assert {c.system for c in cases} == {"dgx_h100", "hgx_h200", "dgx_a100", "mi300x_x8"}
+    assert all(c.collective == "all_reduce" and c.num_gpus == 8 and 32 * 2**10 <= c.num_bytes <= 8 * 2**30 for c in cases)
+    for c in cases:  # busbw = algbw x 2 (n - 1) / n
+        assert c.measured_busbw_bytes_per_s == pytest.approx(c.measured_algbw_bytes_per_s * 14 / 8, rel=1e-5)
+
+    def key(c):
+        return c.system, c.collective, c.num_gpus, c.num_bytes
+
+    assert not {key(c) for c in cases} & {key(c) for c in load_communication_cases()}

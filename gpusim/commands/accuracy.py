@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--training-measurements", metavar="PATH",
                    help="a training CSV in the published format for --suite training (e.g. "
                         "measurements/heldout/llmfoundry_h100_sequence_sweep.csv); default: the built-in dataset")
+    p.add_argument("--communication-measurements", metavar="PATH",
+                   help="a communication CSV in the published format for --suite communication (e.g. "
+                        "measurements/heldout/azure_nccl_all_reduce.csv); default: the built-in dataset")
     p.add_argument("--uncalibrated", action="store_true", help="ignore calibration blocks (pure datasheet physics)")
     p.add_argument("--include-excluded", action="store_true", help="also score rows the dataset flags as unreliable")
     p.add_argument("--cross-validate", action="store_true",
@@ -124,6 +127,9 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
                           f"is read by --suite kernels, not --suite {asked}")
     if getattr(args, "training_measurements", None) and asked not in ("all", "training"):
         raise ConfigError("--training-measurements", args.training_measurements, f"is not read by --suite {asked}")
+    if getattr(args, "communication_measurements", None) and asked not in ("all", "communication"):
+        raise ConfigError("--communication-measurements", args.communication_measurements,
+                          f"is not read by --suite {asked}")
     workload_set = getattr(args, "workload_set", [])
     if workload_set and asked not in ("training", "heldout"):
         raise ConfigError("--workload-set", workload_set[0], f"is read by --suite training and heldout, not --suite {asked}")
@@ -139,7 +145,8 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
             raise ConfigError("--workload-set", exc.key_path, exc.message) from None
     # outputs are checked before the (sometimes long) simulation
     check_outputs({"--plot": args.plot or None, "--json": args.json or None},
-                  inputs=(*args.measurements, args.training_measurements), figures=("--plot",))
+                  inputs=(*args.measurements, args.training_measurements, args.communication_measurements),
+                  figures=("--plot",))
     suite = "kernels" if args.measurements else asked
     if suite == "heldout":
         return _heldout_suite(args)
@@ -162,8 +169,8 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
 def _heldout_suite(args: argparse.Namespace) -> int:
     """Every held-out file (measurements/heldout), one summary line each: the error on measurements
     nothing was fitted to."""
-    from gpusim.accuracy_cluster import run_training
-    from gpusim.measurements import heldout_files, load_training_cases
+    from gpusim.accuracy_cluster import run_communication, run_training
+    from gpusim.measurements import heldout_files, load_communication_cases, load_training_cases
 
     if args.cross_validate:
         raise GpusimError("accuracy: --cross-validate refits the calibration on the scored set; --suite heldout "
@@ -173,6 +180,8 @@ def _heldout_suite(args: argparse.Namespace) -> int:
         if kind == "training":
             results, skipped = run_training(load_training_cases(path), args.include_excluded,
                                             args.workload_set)
+        elif kind == "communication":
+            results, skipped = run_communication(load_communication_cases(path), args.include_excluded)
         else:
             cases, plans = _load_cases([str(path)], getattr(args, "ignore_kernel_tile", False))
             if args.gpu:
@@ -254,7 +263,8 @@ def _run_cluster_suite(args: argparse.Namespace, suite: str):
     from gpusim.measurements import load_communication_cases, load_training_cases
 
     if suite == "communication":
-        return run_communication(load_communication_cases(), args.include_excluded)
+        return run_communication(load_communication_cases(getattr(args, "communication_measurements", None)),
+                                 args.include_excluded)
     return run_training(load_training_cases(getattr(args, "training_measurements", None)), args.include_excluded,
                         getattr(args, "workload_set", ()))
 
@@ -281,7 +291,7 @@ def _print_cluster_suites(args: argparse.Namespace, out: dict) -> None:
     from gpusim.accuracy_cluster import source_group
 
     for suite, (results, skipped) in out.items():
-        source = getattr(args, "training_measurements", None) if suite == "training" else None
+        source = getattr(args, f"{suite}_measurements", None)
         overrides = getattr(args, "workload_set", []) if suite == "training" else []
         print(f"{suite} ({source or ('communication.csv' if suite == 'communication' else 'training.csv')})"
               + (f", every row with {' '.join(overrides)}" if overrides else "") + ":")
