@@ -7,9 +7,11 @@ from gpusim.units import format_duration, format_rate, format_usd, plural
 
 def launch_summary(result) -> str:
     """Kernel launches (each record's repeats counted), distinct kernels and launch mode of a result."""
-    links = [k for k in result.kernels if (k.plan or {}).get("engine") == "copy"]
-    copies = sum(max(1, int(k.repeat)) for k in links if k.op in ("host_to_device", "device_to_host"))
-    collectives = sum(max(1, int(k.repeat)) for k in links) - copies
+    from gpusim.energy import HOST_LINK_OP_KINDS
+
+    copies = sum(max(1, int(k.repeat)) for k in result.kernels
+                 if (k.plan or {}).get("engine") == "copy" and k.op in HOST_LINK_OP_KINDS)
+    collectives = result.num_link_ops - copies
     text = f"{plural(result.num_kernel_launches, 'kernel launch', 'kernel launches')}"
     if representative_block(result):
         text += " in one representative block of the step"
