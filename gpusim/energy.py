@@ -166,7 +166,7 @@ def kernel_energy(record, power_spec, machine: Machine) -> KernelEnergy:
     plan = record.plan or {}
     repeat = max(1, int(record.repeat))
     static = power_spec.idle_w * record.time_s
-    if plan.get("engine") == "copy":
+    if record.on_link:
         factor = machine.calibration.dynamic_energy_factor
         per_launch = plan.get("link_bytes_per_launch")
         if record.op in HOST_LINK_OP_KINDS:
@@ -212,7 +212,7 @@ def representative_scale(result) -> float:
     seconds. 1.0 for single-device results and whenever the records cover the compute time."""
     if max(1, int(getattr(result, "num_gpus", 1) or 1)) <= 1:
         return 1.0
-    kernel_s = sum(k.time_s for k in result.kernels if (k.plan or {}).get("engine") != "copy")
+    kernel_s = sum(k.time_s for k in result.kernels if not k.on_link)
     busy_s = result.time_breakdown_s.get("compute", 0.0) + result.time_breakdown_s.get("optimizer", 0.0)
     return busy_s / kernel_s if kernel_s > 0 and busy_s > 1.02 * kernel_s else 1.0
 
@@ -244,7 +244,7 @@ def run_energy(result, hardware, kernels: Sequence[KernelEnergy] | None = None) 
         if scale != 1.0:
             breakdown = {k: (v * scale if k != "static_j" else v) for k, v in breakdown.items()}
         breakdown = {k: v * devices for k, v in breakdown.items()}
-        charged = any((k.plan or {}).get("engine") == "copy" and k.op not in HOST_LINK_OP_KINDS for k in result.kernels)
+        charged = any(k.on_link and k.op not in HOST_LINK_OP_KINDS for k in result.kernels)
         notes.append(f"energy of {devices} GPUs = {devices} x one representative GPU (its kernels' dynamic "
                      "power over its compute time)" + ("" if charged else "; collective link energy is not counted"))
     total = sum(breakdown.values())
@@ -316,7 +316,7 @@ def apply_power_cap(result, hardware, tdp_w: float | None = None):
     throttled = 0
     for rec in records:
         ke = kernel_energy(rec, power, machine)
-        if rec.plan.get("engine") == "copy":
+        if rec.on_link:
             r, t = 1.0, rec.time_s
         else:
             r, t = throttled_clock_fraction(ke, rec, machine, cap, power.idle_w)
@@ -378,7 +378,7 @@ def _stretched_spans(spans, old_records, new_records):
     to its throttled interval, a time between kernels moves with the kernels before it. Where the
     kernels overlap (several streams of a multi-GPU run) the map is not defined and the spans are kept."""
     pairs = sorted(((o.start_s, o.start_s + o.time_s, n.start_s, n.start_s + n.time_s)
-                    for o, n in zip(old_records, new_records) if o.plan.get("engine") != "copy"))
+                    for o, n in zip(old_records, new_records) if not o.on_link))
     old_points = np.array([x for s0, e0, _, _ in pairs for x in (s0, e0)], dtype=float)
     new_points = np.array([x for _, _, s1, e1 in pairs for x in (s1, e1)], dtype=float)
     if not len(old_points) or np.any(np.diff(old_points) < 0):

@@ -80,7 +80,7 @@ def kernel_category(record) -> str:
     name = f"{record.op} {record.name}".lower()
     if any(w in name for w in COLLECTIVE_WORDS):
         return "communication"
-    if record.plan.get("engine") == "copy" or record.op in ("host_to_device", "device_to_host"):
+    if record.on_link or record.op in ("host_to_device", "device_to_host"):
         return "transfer"
     return record.bound if record.bound in BOUND_COLORS else "other"
 
@@ -95,7 +95,7 @@ def roofline_points(result) -> list[dict[str, Any]]:
     points = []
     for k in result.kernels:
         work = k.flop if k.executed_flop is None else k.executed_flop
-        if work <= 0 or k.time_s <= 0 or (k.plan or {}).get("engine") == "copy":
+        if work <= 0 or k.time_s <= 0 or k.on_link:
             continue
         points.append({
             "name": k.name, "op": k.op, "dtype": str(k.plan.get("dtype", "fp32")), "bound": k.bound,

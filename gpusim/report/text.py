@@ -10,7 +10,7 @@ def launch_summary(result) -> str:
     from gpusim.energy import HOST_LINK_OP_KINDS
 
     copies = sum(max(1, int(k.repeat)) for k in result.kernels
-                 if (k.plan or {}).get("engine") == "copy" and k.op in HOST_LINK_OP_KINDS)
+                 if k.on_link and k.op in HOST_LINK_OP_KINDS)
     collectives = result.num_link_ops - copies
     text = f"{plural(result.num_kernel_launches, 'kernel launch', 'kernel launches')}"
     if representative_block(result):

@@ -56,6 +56,11 @@ class KernelRecord:
     avg_power_w: float | None = None
 
     @property
+    def on_link(self) -> bool:
+        """A host copy or a collective: time on a link (the copy engine's queue), not a kernel on the SMs."""
+        return (self.plan or {}).get("engine") == "copy"
+
+    @property
     def achieved_flop_per_s(self) -> float:
         work = self.flop if self.executed_flop is None else self.executed_flop
         return work / self.time_s if self.time_s > 0 else 0.0
@@ -139,12 +144,12 @@ class SimulationResult:
     @property
     def num_kernel_launches(self) -> int:
         """Kernel launches, each record's repeats counted (host copies and collectives are not kernels)."""
-        return sum(max(1, int(k.repeat)) for k in self.kernels if (k.plan or {}).get("engine") != "copy")
+        return sum(max(1, int(k.repeat)) for k in self.kernels if not k.on_link)
 
     @property
     def num_link_ops(self) -> int:
         """Host copies and collectives, repeats counted."""
-        return sum(max(1, int(k.repeat)) for k in self.kernels if (k.plan or {}).get("engine") == "copy")
+        return sum(max(1, int(k.repeat)) for k in self.kernels if k.on_link)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
