@@ -34,8 +34,10 @@ class RunCost:
     num_devices: int
     step_usd: float
     """Cost of one simulated step (or of the op list) on all devices."""
+    epoch_samples: float | None = None
     epoch_usd: float | None = None
     epoch_s: float | None = None
+    train_tokens: float | None = None
     training_usd: float | None = None
     training_s: float | None = None
     tokens_per_usd: float | None = None
@@ -57,6 +59,7 @@ def run_cost(result, price_usd_per_s: float, *, epoch_samples: float | None = No
     if epoch_samples is not None:
         if not result.samples_per_s:
             raise CostError("epoch_samples", "an epoch cost needs a model workload (samples per second)")
+        out["epoch_samples"] = epoch_samples
         out["epoch_s"] = epoch_samples / result.samples_per_s
         out["epoch_usd"] = out["epoch_s"] * rate_usd_per_s
     if train_tokens is not None:
@@ -65,6 +68,7 @@ def run_cost(result, price_usd_per_s: float, *, epoch_samples: float | None = No
         if not any(k.phase in ("backward", "optimizer") for k in result.kernels):
             raise CostError("train_tokens", "a training-run cost needs a training workload (mode: train); this one "
                                             "has no backward pass or optimizer step")
+        out["train_tokens"] = train_tokens
         out["training_s"] = train_tokens / result.tokens_per_s
         out["training_usd"] = out["training_s"] * rate_usd_per_s
     return RunCost(**out)

@@ -49,7 +49,7 @@ def markdown_summary(result, top: int = 10, run_cost: dict | None = None) -> str
                      f"{result.avg_power_w:,.0f} W{per_gpu}, {result.flop_per_j / 1e9:,.1f} GFLOP/J")
     if result.cost_usd is not None:
         lines.append(f"- cost: {format_usd(result.cost_usd)}")
-    lines += [f"- {line}" for line in cost_lines(result, run_cost or {})]
+    lines += [f"- {line}" for line in cost_lines(run_cost or {})]
     if result.calibration_source:
         lines.append(f"- calibration: {result.calibration_source}")
     total = sum(result.time_breakdown_s.values()) or 1.0

@@ -156,7 +156,7 @@ def _report(result, args: argparse.Namespace) -> int:
             return 0
     print_summary(result)
     if cost is not None:
-        for line in cost_lines(result, cost.__dict__):
+        for line in cost_lines(cost.__dict__):
             print(f"  {line}")
     return 0
 

@@ -59,17 +59,18 @@ def layout_summary(result) -> str | None:
             + "".join(f", {f}" for f in flags))
 
 
-def cost_lines(result, cost: dict) -> list[str]:
+def cost_lines(cost: dict) -> list[str]:
     """The epoch and training-run costs of ``gpusim run --epoch-samples/--train-tokens`` (the result
-    JSON's ``run_cost``), one line each."""
+    JSON's ``run_cost``), one line each; a file written before the counts were kept says "the samples
+    asked"."""
     lines = []
     if cost.get("epoch_usd") is not None:
-        samples = round(cost["epoch_s"] * result.samples_per_s) if result.samples_per_s else None
-        lines.append(f"epoch of {plural(samples, 'sample') if samples else 'the samples asked'}: "
+        samples = cost.get("epoch_samples")
+        lines.append(f"epoch of {plural(int(samples), 'sample') if samples else 'the samples asked'}: "
                      f"{format_duration(cost['epoch_s'])}, {format_usd(cost['epoch_usd'])}")
     if cost.get("training_usd") is not None:
-        tokens = round(cost["training_s"] * result.tokens_per_s) if result.tokens_per_s else None
-        lines.append(f"training run of {plural(tokens, 'token') if tokens else 'the tokens asked'}: "
+        tokens = cost.get("train_tokens")
+        lines.append(f"training run of {plural(int(tokens), 'token') if tokens else 'the tokens asked'}: "
                      f"{format_duration(cost['training_s'])} on {plural(int(cost['num_devices']), 'device')}, "
                      f"{format_usd(cost['training_usd'])} ({cost['tokens_per_usd']:,.0f} tokens/USD)")
     return lines
