@@ -19,6 +19,7 @@ from gpusim.config.hardware import DTYPE_BYTES
 from gpusim.config.library import builtin_files, load_hardware
 from gpusim.engine.kernel import simulate_kernel
 from gpusim.engine.machine import Calibration, Machine, machine_of
+from gpusim.energy import capped_kernel_time_s
 from gpusim.engine.simulate import transfer_time_s
 from gpusim.mapping import TRANSCENDENTAL_FUNCTIONS, best_gemm, map_op
 from gpusim.mapping.occupancy import REGISTER_BYTES, ctas_per_unit
@@ -93,42 +94,57 @@ def gpusim_dtype(dtype: str | None) -> str | None:
     return dtype
 
 
-def loop_from_rest_s(machine: Machine, kernel, warmup_calls: int, timed_calls: int) -> float:
-    """Mean timed iteration of a back-to-back eager loop of one kernel (a
+def loop_from_rest_s(machine: Machine, kernel, warmup_calls: int, timed_calls: int,
+                     sustained_kernel_s: float | None = None, iteration=None) -> float:
+    """Mean timed iteration of a back-to-back loop of one kernel (a
     :class:`~gpusim.engine.kernel.KernelTiming`) that starts on a rested GPU: ``warmup_calls`` untimed
-    calls, then ``timed_calls`` timed ones. A power-limited card (calibration
+    calls, then ``timed_calls`` timed ones. ``iteration`` maps a kernel's seconds to one iteration's
+    (default: an eager loop's, :func:`_eager_loop_s`). At steady state each call takes
+    ``sustained_kernel_s`` (default: the kernel's own time; the caller passes the time at the clock
+    the power cap sets, :func:`gpusim.energy.capped_kernel_time_s`). A power-limited card (calibration
     ``sustained_clock_fraction`` r < 1) runs its first ``boost_window_s`` of busy time at the rated
     clock, where the kernel's clocked work takes r times its sustained time (its DRAM traffic, in
     another clock domain, does not speed up), and every call after that at the sustained clock the
     efficiency fractions describe. Calls straddling the window's end count by the fraction inside it."""
     cal = machine.calibration
-    sustained_s = _eager_loop_s(machine, kernel.time_s)
+    if iteration is None:
+        def iteration(kernel_s: float) -> float:
+            return _eager_loop_s(machine, kernel_s)
+    sustained_s = iteration(kernel.time_s if sustained_kernel_s is None else sustained_kernel_s)
     if cal.sustained_clock_fraction >= 1.0 or cal.boost_window_s <= 0.0:
         return sustained_s
     dram_s = kernel.dram_bytes / machine.dram_achievable_bytes_per_s
-    boosted_s = _eager_loop_s(machine, max(kernel.time_s * cal.sustained_clock_fraction, dram_s))
+    boosted_s = iteration(max(kernel.time_s * cal.sustained_clock_fraction, dram_s))
     calls_in_window = cal.boost_window_s / boosted_s
     timed_boosted = min(max(calls_in_window - warmup_calls, 0.0), float(timed_calls))
     return (timed_boosted * boosted_s + (timed_calls - timed_boosted) * sustained_s) / timed_calls
 
 
-def _timed_kernel_s(machine: Machine, plan, timing_method: str, calls: tuple[int, int] | None = None) -> float:
-    """What a measurement of one kernel sees: a profiler's kernel duration is the kernel alone;
-    CUDA events around one launch add the device-side launch overhead; a back-to-back eager loop's
-    iteration is bounded by the host's launch cost (and, where the loop's ``calls`` (warm-up, timed)
-    are known, starts from rest: see :func:`loop_from_rest_s`); events around one eager framework
-    call on an idle GPU also see the host dispatch the device waits for (see :func:`_eager_call_s`)."""
-    timing = simulate_kernel(plan, machine)
-    kernel_s = timing.time_s
+def _iteration_s(machine: Machine, timing_method: str, kernel_s: float) -> float:
+    """What a measurement of one kernel call sees: a profiler's kernel duration is the kernel alone; a
+    back-to-back eager loop's iteration is bounded by the host's launch cost; events around one eager
+    framework call on an idle GPU also see the host dispatch the device waits for (see
+    :func:`_eager_call_s`); CUDA events around one launch add the device-side launch overhead."""
     if timing_method == "loop_with_launch_gaps":
-        if calls is not None:
-            return loop_from_rest_s(machine, timing, *calls)
         return _eager_loop_s(machine, kernel_s)
     if timing_method == "profiler_kernel":
         return kernel_s
     if timing_method == "eager_call_events":
         return _eager_call_s(machine, kernel_s)
     return kernel_s + machine.graph_kernel_launch_s
+
+
+def _timed_kernel_s(machine: Machine, plan, timing_method: str, calls: tuple[int, int] | None = None,
+                    power=None) -> float:
+    """What a measurement of one kernel sees (:func:`_iteration_s`). Where the row counts its loop's
+    ``calls`` (warm-up, timed), the loop starts from rest (:func:`loop_from_rest_s`) and settles at
+    the clock the device's ``power`` cap sets for this kernel (a kernel within TDP keeps its time)."""
+    timing = simulate_kernel(plan, machine)
+    if calls is not None:
+        sustained_s = capped_kernel_time_s(plan, timing, machine, power) if power is not None else timing.time_s
+        return loop_from_rest_s(machine, timing, *calls, sustained_kernel_s=sustained_s,
+                                iteration=lambda kernel_s: _iteration_s(machine, timing_method, kernel_s))
+    return _iteration_s(machine, timing_method, timing.time_s)
 
 
 def _eager_call_s(machine: Machine, kernel_s: float) -> float:
@@ -173,7 +189,8 @@ def simulate_case(case, machine: Machine, device) -> tuple[float, float | None]:
         dtype = gpusim_dtype(case.dtype)
         flop = matmul_flop(case)
         eb = DTYPE_BYTES[dtype]
-        t = _timed_kernel_s(machine, matmul_plan(case, machine), case.timing_method, loop_calls(case))
+        t = _timed_kernel_s(machine, matmul_plan(case, machine), case.timing_method, loop_calls(case),
+                            getattr(device, "power", None))
         peak = matrix_peak_flop_per_s(device, dtype, fp32_accumulate=True) \
             or vector_peak_flop_per_s(device, dtype)
         min_bytes = (case.m * case.k + case.k * case.n + case.m * case.n) * eb * batch

@@ -323,6 +323,15 @@ def _single_gpu_workload(case):
     return case.gpu, base, items
 
 
+def sustained(result, hardware):
+    """``result`` as a sustained run (every measured training or serving row is one): each kernel that
+    would draw more than the board's TDP runs at the clock the power cap sets, as ``gpusim run``
+    prints it (:func:`gpusim.energy.apply_power_cap`)."""
+    from gpusim.energy import apply_power_cap
+
+    return apply_power_cap(result, hardware)[0]
+
+
 def _time_without_optimizer(result) -> float:
     """The run's time less its optimizer kernels (the single-GPU timeline runs kernels one after another)."""
     return result.total_time_s - sum(k.time_s + k.launch_gap_s for k in result.kernels if k.phase == "optimizer")
@@ -339,7 +348,8 @@ def _single_gpu_case(case, workload_items: Sequence[str] = ()) -> CaseResult | S
         return Skipped(case.case_id, case.gpu, f"metric {case.metric} not simulated")
     hardware, name, items = built
     try:
-        result = simulate(load_hardware(hardware), load_workload(name, [*items, *workload_items]))
+        hw = load_hardware(hardware)
+        result = sustained(simulate(hw, load_workload(name, [*items, *workload_items])), hw)
     except Exception as exc:  # reported, not hidden
         return Skipped(case.case_id, case.gpu, f"cannot simulate: {exc}")
     return CaseResult(case.case_id, case.gpu, case.mode, case.metric, case.measured_value,
@@ -360,7 +370,7 @@ def _inference_case(case, workload_items: Sequence[str] = ()) -> CaseResult | Sk
         hw = load_hardware(hardware, hw_over)
         wl = load_workload(name, [*items, *workload_items])
         run = simulate_system if hw.kind == "system" else simulate
-        r = run(hw, wl, launch_mode=launch)
+        r = sustained(run(hw, wl, launch_mode=launch), hw)
     except Exception as exc:  # reported, not hidden
         return Skipped(case.case_id, case.gpu, f"cannot simulate: {exc}")
     if not r.fits_in_memory:
@@ -419,7 +429,7 @@ def run_training(cases: Iterable, include_excluded: bool = False,
         try:
             hw = load_hardware(system, hw_over)
             wl = load_workload(name, [*items, *workload_items])
-            r = simulate_system(hw, wl)
+            r = sustained(simulate_system(hw, wl), hw)
         except Exception as exc:  # reported, not hidden
             skipped.append(Skipped(case.case_id, case.gpu, f"cannot simulate: {exc}"))
             continue

@@ -20,6 +20,11 @@ clock and issue efficiency, achievable DRAM bandwidth), not any single point:
   grid) under which they need the same DRAM fraction. Fitted where one benchmark measured both
   kinds, before the DRAM fraction.
 * ``cta_turnaround_cycles``: store-only streams at partial occupancy (25-cycle grid), at least three.
+* ``fp8_tensor_energy_factor``: FP8 GEMMs timed in loops that count their calls (at steady state,
+  after the warm-up), at least three: the multiplier on the FP8 tensor energy per FLOP (0.05 grid)
+  whose power-capped simulation gives the least mean |log| error, the other factors (and the
+  recorded ``dynamic_energy_factor``) in place. These rows measure the power limit, not the tensor
+  pipe, so no other factor is fitted to them.
 
 The four DRAM-side factors depend on each other and are fitted together (:func:`fit_calibration`).
 
@@ -69,13 +74,19 @@ def _rate_ratio(case, machine, device) -> float:
 
 def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
     desc = load_hardware(gpu)
-    device = desc.gpu if desc.kind != "cpu" else desc.cpu
+    powered_device = desc.gpu if desc.kind != "cpu" else desc.cpu
+    # the rate factors describe the sustained state (the dynamic energy factor, fitted after them, holds
+    # a large 16-bit GEMM at TDP): they are fitted to loops without the power cap, which only the FP8
+    # energy fit below applies
+    device = powered_device.model_copy(update={"power": None})
     # memory factors the description takes from a sibling's fit (its source says "transferred from")
     # are in place while the others are fitted, as they will be when it runs
     recorded = machine_of(desc).calibration
     preset = {name: getattr(recorded, name) for name in _transfers(desc) if name in MEMORY_FACTORS[1:]}
     machine = replace(machine_of(desc), calibration=Calibration(**preset))
     own = [c for c in cases if c.gpu == gpu and not c.excluded]
+    steady_fp8 = [c for c in own if _steady_fp8(c)]
+    own = [c for c in own if not _steady_fp8(c)]
     full_streams = [c for c in own if c.op == "stream" and (c.occupancy_fraction or 1.0) >= 1.0]
     partial = [c for c in own if c.op == "stream" and (c.occupancy_fraction or 1.0) < 1.0]
     store_only = [c for c in partial if c.variant == "init"]
@@ -153,7 +164,32 @@ def fit_calibration(gpu: str, cases) -> list[FittedFactor]:
         overhead = fit_host_copy_overhead_s(_with_fitted(machine, out, "host_link_fraction"), device, small_copies)
         out.append(FittedFactor("host_copy_overhead_s", overhead, len(small_copies),
                                 tuple(c.case_id for c in small_copies), "median gap (measured - simulated)"))
+    if len(steady_fp8) >= MIN_FP8_POWER_CASES:
+        powered = _with_fitted(machine, out, *RATE_FACTORS, *BOOST_FACTORS, "gemm_wave_overhead_s")
+        powered = replace(powered, calibration=replace(powered.calibration,
+                                                       dynamic_energy_factor=recorded.dynamic_energy_factor))
+        factor = fit_fp8_tensor_energy_factor(powered, powered_device, steady_fp8)
+        out.append(FittedFactor("fp8_tensor_energy_factor", factor, len(steady_fp8),
+                                tuple(c.case_id for c in steady_fp8), "least-error fit"))
     return out
+
+
+MIN_FP8_POWER_CASES = 3
+FP8_ENERGY_FACTORS = tuple(round(1.0 + 0.05 * i, 2) for i in range(61))
+
+
+def fit_fp8_tensor_energy_factor(machine, device, cases) -> float:
+    """The multiplier on the FP8 tensor energy per FLOP (1 to 4 in steps of 0.05) under which FP8 GEMMs
+    timed at steady state, each at the clock the power cap sets (``device.power``), best fit their
+    measured rates: least mean |log(simulated / measured rate)|. ``machine`` carries the other factors,
+    ``dynamic_energy_factor`` among them."""
+    return round(_least_log_error(machine, device, cases, "fp8_tensor_energy_factor", FP8_ENERGY_FACTORS), 2)
+
+
+def _steady_fp8(case) -> bool:
+    """An FP8 GEMM row timed in a loop that counts its calls: at steady state, where the power cap
+    sets its clock (:func:`gpusim.accuracy._timed_kernel_s`)."""
+    return case.op == "matmul" and gpusim_dtype(case.dtype) == "fp8" and loop_calls(case) is not None
 
 
 MEMORY_FACTORS = ("dram_bandwidth_fraction", "dram_mixed_traffic_loss_fraction", "cta_turnaround_cycles",
@@ -325,7 +361,10 @@ def fit_dynamic_energy_factor(gpu: str) -> tuple[float, str] | None:
     """The ``dynamic_energy_factor`` that makes a large dense GEMM in the GPU's fastest 16-bit tensor
     format draw its TDP, with the description's other calibration applied (three decimals, rounded
     down): GPUs under sustained tensor load run at their power limit, so TDP is the first energy
-    calibration point.
+    calibration point. A large FP32 GEMM at its own fitted rate bounds the factor too: the sustained
+    rates the efficiency fractions describe are ones the board's power allowed, so where the
+    estimates charge FP32 more per second than 16-bit tensor math, the FP32 GEMM is the one held at
+    TDP (the 16-bit one then draws less).
     Returns (factor, the GEMM it was fitted on), or None for a device without 16-bit matrix units."""
     from gpusim.energy import kernel_energy
     from gpusim.engine.simulate import simulate
@@ -337,17 +376,20 @@ def fit_dynamic_energy_factor(gpu: str) -> tuple[float, str] | None:
     if dtype is None or desc.kind == "cpu":
         return None
     size = TDP_GEMM_SIZE
-    workload = load_workload("gemm_8192_bf16", [f"ops.gemm.dtype={dtype}", f"ops.gemm.m={size}",
-                                                f"ops.gemm.n={size}", f"ops.gemm.k={size}"])
     uncalibrated = replace(machine, calibration=replace(machine.calibration, dynamic_energy_factor=1.0))
-    result = simulate(desc, workload, record_spans=False)
     power = desc.gpu.power
-    kernel = next(k for k in result.kernels if k.op == "matmul")
-    energy = kernel_energy(kernel, power, uncalibrated)
-    dynamic_w = (energy.math_j + energy.l1_j + energy.l2_j + energy.dram_j) / kernel.time_s
-    factor = (power.tdp_w - power.idle_w) / dynamic_w
+    bounds = []
+    for gemm_dtype in (dtype, "fp32"):
+        workload = load_workload("gemm_8192_bf16", [f"ops.gemm.dtype={gemm_dtype}", f"ops.gemm.m={size}",
+                                                    f"ops.gemm.n={size}", f"ops.gemm.k={size}"])
+        result = simulate(desc, workload, record_spans=False)
+        kernel = next(k for k in result.kernels if k.op == "matmul")
+        energy = kernel_energy(kernel, power, uncalibrated)
+        dynamic_w = (energy.math_j + energy.l1_j + energy.l2_j + energy.dram_j) / kernel.time_s
+        bounds.append(((power.tdp_w - power.idle_w) / dynamic_w, f"{size}^3 {gemm_dtype} GEMM"))
+    factor, label = min(bounds)
     # rounded down, so the GEMM it is fitted on stays at or under TDP and the power cap leaves it alone
-    return math.floor(factor * 1000.0) / 1000.0, f"{size}^3 {dtype} GEMM"
+    return math.floor(factor * 1000.0) / 1000.0, label
 
 
 FACTOR_LABELS = {
@@ -362,6 +404,7 @@ FACTOR_LABELS = {
     "dram_loaded_latency_slope": "DRAM loaded-latency slope",
     "sustained_clock_fraction": "sustained clock",
     "boost_window_s": "boost window",
+    "fp8_tensor_energy_factor": "FP8 tensor energy",
 }
 """How a calibration ``source`` names each factor fitted from kernels (the built-in descriptions
 write ``<label> = median measured/simulated ratio of N case(s)`` for the rate factors,

@@ -9,7 +9,8 @@ Energy model (per kernel record)
   included) times the energy per FLOP of its pipe and dtype (``energy.tensor_j_per_flop`` for the
   matrix pipe, ``energy.vector_j_per_flop`` for CUDA cores / SIMD). A dtype the vector pipe has no
   entry for is computed in FP32 lanes (as the engine times it) and charged the FP32 energy; a dtype
-  the tensor pipe lacks is charged its nearest wider tensor dtype.
+  the tensor pipe lacks is charged its nearest wider tensor dtype. FP8 tensor math is also scaled by
+  the calibration's ``fp8_tensor_energy_factor`` (fitted to sustained FP8 GEMMs where measured).
 * **data movement**: DRAM bytes x ``dram_j_per_byte``; bytes through L2 (hits and misses) x
   ``l2_j_per_byte``; the same bytes once more through L1/shared memory x ``l1_j_per_byte`` (every
   byte a CTA loads lands in L1 or shared memory once: a lower bound, since GEMM tiles are re-read from
@@ -41,6 +42,8 @@ idle + (E_core r^2 + E_mem) / t(r), rises monotonically with r, so the throttled
 bisection: the highest r in [MIN_CLOCK_FRACTION, 1] with power <= TDP. The cap acts per kernel
 (GPU power controllers react within milliseconds, the length of one large kernel); kernels below TDP
 are untouched, so a run whose every kernel is under TDP is exactly the uncapped run.
+:func:`capped_kernel_time_s` gives one kernel's capped time, as ``gpusim accuracy`` scores measured
+loops at steady state.
 Published check: Chips and Cheese observed an H100 PCIe (350 W) dropping from 1,755 MHz to about
 1,395 MHz (r = 0.79) under sustained load; ``tests/test_energy.py`` reports what this model predicts.
 """
@@ -56,7 +59,7 @@ import numpy as np
 from gpusim.config.hardware import DTYPES
 from gpusim.engine.machine import Machine, machine_of
 from gpusim.errors import SimulationError
-from gpusim.results.result import track_stage
+from gpusim.results.result import KernelRecord, track_stage
 from gpusim.units import format_duration, plural
 
 MIN_CLOCK_FRACTION = 0.3
@@ -186,6 +189,8 @@ def kernel_energy(record, power_spec, machine: Machine) -> KernelEnergy:
     executed = record.flop if record.executed_flop is None else record.executed_flop
     factor = machine.calibration.dynamic_energy_factor  # labelled calibration (1 when absent)
     math = executed * math_j_per_flop(e, pipe, dtype) * factor
+    if pipe == "matrix" and dtype == "fp8":
+        math *= machine.calibration.fp8_tensor_energy_factor
     l2_bytes = _l2_bytes(record)
     l2 = l2_bytes * e.l2_j_per_byte * factor
     l1 = l2_bytes * e.l1_j_per_byte * factor
@@ -296,6 +301,18 @@ def throttled_clock_fraction(energy: KernelEnergy, record, machine: Machine, tdp
         else:
             hi = mid
     return lo, power_at(lo)[1]
+
+
+def capped_kernel_time_s(plan, timing, machine: Machine, power_spec) -> float:
+    """Seconds one launch of a kernel (its :class:`~gpusim.mapping.plan.KernelPlan` and
+    :class:`~gpusim.engine.kernel.KernelTiming`) takes at the clock the power cap sets at steady state
+    on a device with ``power_spec``: its own time where its average power is within TDP."""
+    record = KernelRecord(name=plan.name, op=plan.op_kind, node=plan.name, phase="single", layer=None, start_s=0.0,
+                          time_s=timing.time_s, repeat=1, flop=plan.useful_flop, dram_bytes=timing.dram_bytes,
+                          l2_hit_fraction=plan.l2_hit_fraction, bound=timing.bound, plan=plan.describe(),
+                          executed_flop=plan.work_flop)
+    energy = kernel_energy(record, power_spec, machine)
+    return throttled_clock_fraction(energy, record, machine, power_spec.tdp_w, power_spec.idle_w)[1]
 
 
 def apply_power_cap(result, hardware, tdp_w: float | None = None):

@@ -433,9 +433,8 @@ def _check_kernel(case: KernelCase, error: Callable[[str, str], ConfigError]) ->
         raise error("timed_calls" if case.timed_calls is None else "warmup_calls",
                     "a loop's warmup_calls and timed_calls are given together or not at all")
     if case.timed_calls is not None:
-        if case.timing_method != "loop_with_launch_gaps":
-            raise error("timed_calls", f"only back-to-back loops (loop_with_launch_gaps) count calls, "
-                                       f"not {case.timing_method}")
+        if case.op != "matmul":
+            raise error("timed_calls", f"only matmul rows count their back-to-back calls, not op {case.op}")
         if case.timed_calls == 0:
             raise error("timed_calls", "must be positive (empty = not stated)")
     if case.kernel_tile is not None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpusim.accuracy import gpusim_dtype, matmul_flop
+from gpusim.accuracy import gpusim_dtype, loop_calls, matmul_flop
 from gpusim.config import list_hardware, load_hardware
 from gpusim.config.derived import peak_flop_per_s
 from gpusim.errors import ConfigError
@@ -625,20 +625,24 @@ def test_heldout_azure_babelstream_rows_use_babelstreams_byte_count_and_are_disj
 
 
 def test_heldout_azure_gemm_tables_are_disjoint_and_flop_consistent():
-    # the GEMM tables of the same Azure guide: FP8 cuBLASLt on H100 and H200, FP16 on the A100 (its
+    # the GEMM tables of the same Azure guide: FP8 cuBLASLt on the H200, FP16 on the A100 (its
     # 32768^3 cell is empty), FP8 hipBLASLt on the MI300X, nine shapes each
     # (its 4096^3 cell repeats a scored Vidur shape and is left out); no row repeats a scored case
-    # (XLA's FP8 squares of the same sizes are in the dataset but excluded, flag F8)
-    cases = heldout_cases("azure_gemm_tables.csv", 34)
+    # (XLA's FP8 squares of the same sizes are in the dataset but excluded, flag F8). The H100's FP8
+    # rows are scored: they fit its FP8 tensor energy (the power cap), which the H200 rows test.
+    cases = heldout_cases("azure_gemm_tables.csv", 25)
 
     def key(c):
         return c.gpu, c.dtype, c.m, c.n, c.k, c.batch or 1
 
-    assert {(c.gpu, c.dtype) for c in cases} == {("h100_sxm5_80gb", "fp8_e4m3"), ("h200_sxm_141gb", "fp8_e4m3"),
-                                                 ("a100_sxm4_80gb", "fp16"), ("mi300x", "fp8_e4m3fnuz")}
+    assert {(c.gpu, c.dtype) for c in cases} == {("h200_sxm_141gb", "fp8_e4m3"), ("a100_sxm4_80gb", "fp16"),
+                                                 ("mi300x", "fp8_e4m3fnuz")}
     assert all(c.op == "matmul" and c.metric == "flop_per_s" and c.timing_method == "kernel_only" for c in cases)
+    assert all(loop_calls(c) == (10_000, 1_000) for c in cases)
     assert sum(c.gpu == "a100_sxm4_80gb" for c in cases) == 7
     assert not {key(c) for c in cases} & {key(c) for c in load_kernel_cases() if not c.excluded}
+    scored = [c for c in load_kernel_cases() if c.case_id.startswith("h100_azure_cublaslt_fp8")]
+    assert len(scored) == 9 and {key(c)[2:] for c in scored} == {key(c)[2:] for c in cases if c.gpu == "h200_sxm_141gb"}
 
 
 def test_heldout_azure_nccl_all_reduce_sweep_is_read_as_communication_and_disjoint():

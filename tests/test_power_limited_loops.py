@@ -35,13 +35,16 @@ def _fp16_loop(size: int):
 def test_the_loop_rows_count_the_calls_of_their_script():
     """zzc0721/torch-performance-test-data test.py: ``benchmark_precision(..., warmup=6, test_iters=30)``
     in the L4 issue; the earlier issues' rows say "10 warm-up + 30 timed" in their notes, and their
-    columns say the same. No other row counts calls."""
+    columns say the same. The Azure guide's H100 FP8 GEMMs (superbench's cublaslt_gemm, its
+    harness's defaults) run 10,000 warm-up and 1,000 timed calls. No other row counts calls."""
     cases = load_kernel_cases()
     l4 = [c for c in cases if c.gpu == "l4" and c.op == "matmul"]
     assert len(l4) == 20 and all(loop_calls(c) == (6, 30) for c in l4)
     stated = [c for c in cases if "10 warm-up + 30 timed" in c.notes]
     assert len(stated) == 90 and all(loop_calls(c) == (10, 30) for c in stated)
-    assert all(loop_calls(c) is None for c in cases if c not in l4 and c not in stated)
+    azure = [c for c in cases if "10,000 warm-up and 1,000 timed calls" in c.notes and c.op == "matmul"]
+    assert len(azure) == 9 and all(loop_calls(c) == (10_000, 1_000) for c in azure)
+    assert all(loop_calls(c) is None for c in cases if c not in l4 and c not in stated and c not in azure)
 
 
 def test_a_card_that_is_never_limited_runs_every_call_at_one_rate(l4):
@@ -101,14 +104,14 @@ def test_the_fit_recovers_the_factors_that_made_the_loops(l4):
 
 
 def test_call_counts_are_checked(tmp_path):
-    """Both counts or neither, only on back-to-back loops, and a positive timed count: one line naming
-    the file, the row and the column otherwise."""
+    """Both counts or neither, only on matmul rows (loops of one GEMM), and a positive timed count: one
+    line naming the file, the row and the column otherwise."""
     lines = (published_dir() / "kernels.csv").read_text(encoding="utf-8").splitlines()
     row = next(line for line in lines if line.startswith("l4_fp16_mm_1024,")).rsplit(",", 2)[0]
     assert row + ",6,30" in lines
+    stream = next(line for line in lines if ",stream," in line and line.endswith(",,")).rsplit(",", 2)[0]
     for bad, column in ((row + ",6,", "timed_calls"), (row + ",,30", "warmup_calls"),
-                        (row.replace("loop_with_launch_gaps", "kernel_only") + ",6,30", "timed_calls"),
-                        (row + ",6,0", "timed_calls")):
+                        (stream + ",6,30", "timed_calls"), (row + ",6,0", "timed_calls")):
         path = tmp_path / "k.csv"
         path.write_text(lines[0] + "\n" + bad + "\n", encoding="utf-8")
         with pytest.raises(ConfigError, match=rf"k\.csv.*row 2\.{column}"):

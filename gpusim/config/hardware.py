@@ -396,6 +396,11 @@ class CalibrationSpec(Spec):
     dynamic_energy_factor: Optional[number(gt=0.0, le=10.0)] = None
     """Multiplier on every per-FLOP and per-byte energy of ``power.energy`` (the estimates), fitted so a
     large dense GEMM draws the board's TDP, as power-limited GPUs do under sustained tensor load."""
+    fp8_tensor_energy_factor: Optional[number(gt=0.0, le=10.0)] = None
+    """Multiplier on ``power.energy.tensor_j_per_flop.fp8`` (an estimate, half the 16-bit energy),
+    fitted so FP8 GEMMs timed after a sustained warm-up run at the clock the power cap sets: the
+    measured throughput of a power-limited chip's FP8 GEMMs says what an FP8 FLOP costs against a
+    16-bit one, which ``dynamic_energy_factor`` pins at TDP; unset = 1."""
 
 
 class Gpu(Spec):

@@ -34,6 +34,8 @@ class Calibration:
     peer_link_fraction: float = 1.0
     in_switch_reduction_fraction: float = 1.0
     dynamic_energy_factor: float = 1.0
+    fp8_tensor_energy_factor: float = 1.0
+    """Multiplier on the description's FP8 tensor-core energy per FLOP (fitted; 1 = the estimate)."""
     sustained_clock_fraction: float = 1.0
     """Core clock a power-limited card holds under sustained load over its rated clock (the efficiency
     fractions are fitted at it); 1 = never limited."""
