@@ -150,3 +150,19 @@ def test_sustained_runs_slow_only_the_kernels_above_tdp(h100):
         capped = sustained(result, desc)
         assert capped.total_time_s >= result.total_time_s
         assert (capped.total_time_s > 1.05 * result.total_time_s) == slower
+
+
+def test_plots_examples_and_compare_see_the_run_gpusim_run_prints(capsys):
+    """``simulate_named`` (plots, compare, the claim examples) applies the power cap as ``gpusim run``
+    does: the same throttled FP8 GEMM, and the rated-clock run only when asked for without energy."""
+    import json
+
+    from gpusim.cli import main
+    from gpusim.commands.plot_results import simulate_named
+
+    _, capped = simulate_named("h100_sxm5_80gb", "gemm_8192_bf16", ["ops.gemm.dtype=fp8"])
+    _, rated = simulate_named("h100_sxm5_80gb", "gemm_8192_bf16", ["ops.gemm.dtype=fp8"], energy=False)
+    assert main(["run", "h100_sxm5_80gb", "gemm_8192_bf16", "--set", "ops.gemm.dtype=fp8", "--json", "-"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert capped.total_time_s == pytest.approx(printed["total_time_s"])
+    assert capped.total_time_s > 1.05 * rated.total_time_s and capped.energy_j is not None

@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_set_argument(p)
     p.add_argument("-o", "--output", metavar="PATH", help="also draw a bar chart (.png, .svg or .pdf)")
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH (- for stdout)")
-    p.add_argument("--no-energy", action="store_true", help="skip the energy model")
+    p.add_argument("--no-energy", action="store_true",
+                   help="skip the energy model and its power cap (every kernel at the rated clock)")
     p.set_defaults(func=cmd_compare)
 
 
@@ -34,11 +35,7 @@ def run_compare(hardware_names: list[str], workload_name: str, overrides: list[s
         if progress is not None:
             progress(i, len(hardware_names), name)
         try:
-            hardware, result = simulate_named(name, workload_name, overrides)
-            if energy:
-                from gpusim.energy import with_energy
-
-                result = with_energy(result, hardware)
+            _, result = simulate_named(name, workload_name, overrides, energy=energy)
         except GpusimError as exc:  # which of the descriptions it was
             raise GpusimError(f"on {name}: {exc}") from None
         results.append(result)

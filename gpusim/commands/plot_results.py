@@ -12,14 +12,19 @@ from gpusim.commands.hw import add_launch_argument, add_set_argument
 
 
 def simulate_named(hardware_name: str, workload_name: str, overrides: list[str], *, launch_mode: str = "eager",
-                   unified_memory: bool = False, record_spans: bool = False):
-    """Load and simulate like ``gpusim run`` does; returns (hardware description, result)."""
+                   unified_memory: bool = False, record_spans: bool = False, energy: bool = True):
+    """Load and simulate like ``gpusim run`` does, kernels above TDP throttled by the power cap and the
+    energy filled in (``energy`` False: neither, the run at the rated clock); returns (hardware
+    description, result)."""
     from gpusim.config.loader import parse_set_items
+    from gpusim.energy import with_energy
     from gpusim.runner import load_and_simulate, split_overrides
 
     hw_overrides, wl_items = split_overrides(parse_set_items(overrides))
-    return load_and_simulate(hardware_name, workload_name, hw_overrides, wl_items, launch_mode=launch_mode,
-                             unified_memory=unified_memory, record_spans=record_spans)
+    hardware, result = load_and_simulate(hardware_name, workload_name, hw_overrides, wl_items,
+                                         launch_mode=launch_mode, unified_memory=unified_memory,
+                                         record_spans=record_spans)
+    return hardware, (with_energy(result, hardware) if energy else result)
 
 
 def _common(p: argparse.ArgumentParser, default_name: str) -> None:
