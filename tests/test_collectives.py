@@ -1,11 +1,14 @@
 """Collective algorithms and their cost on hand-derivable fabrics."""
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpusim.config import load_hardware
 from gpusim.engine.cluster import ChunkModel, LayerCollective, LayoutPlan, StageModel, run_step
-from gpusim.engine.collectives import PROTOCOLS, Fabric, busbw_factor, fabric_of, plan_collective
+from gpusim.engine.collectives import (PROTOCOLS, Fabric, busbw_factor, fabric_of, nvls_chunk_bytes, nvls_loops,
+                                      plan_collective)
 from gpusim.errors import SimulationError
 
 SIMPLE = PROTOCOLS[2]
@@ -43,6 +46,41 @@ def test_nvls_chosen_for_large_all_reduce_where_the_switch_reduces():
     f = fabric_of(load_hardware("dgx_h100"))
     assert plan_collective("all_reduce", 2**30, 8, f).algorithm == "nvls"
     assert plan_collective("all_reduce", 2**30, 8, fabric_of(load_hardware("dgx_a100"))).algorithm == "ring"
+
+
+def test_nvls_chunks_shrink_for_mid_size_messages_as_nccl_picks_them():
+    # 16 channels x 8 GPUs = 128 chunks per loop; the chunk is 128 KiB from 64 x 128 x 128 KiB = 1 GiB up,
+    # 64 KiB from 8 x 128 x 64 KiB = 64 MiB, 32 KiB from 2 x 128 x 32 KiB = 8 MiB, 16 KiB below
+    assert [nvls_chunk_bytes(2**k, 16, 8) // 1024 for k in (34, 30, 29, 26, 25, 23, 22, 15)] == [
+        128, 128, 64, 64, 32, 32, 16, 16]
+    assert [nvls_loops(2**k, 16, 8) for k in (34, 30, 26, 24, 20)] == [1024, 64, 8, 4, 1]
+    # NVLS-tree starts from 512 KiB chunks: 1 GiB < 32 x 128 x 512 KiB = 2 GiB takes 256 KiB
+    assert nvls_chunk_bytes(2**30, 16, 8, tree=True) == 256 * 1024
+
+
+def test_nvls_all_reduce_pays_a_switch_round_trip_per_loop_on_a_tiny_system():
+    f = replace(tiny(nvls=True), nvls_channels=2)
+    # 8 MiB over 2 channels x 4 GPUs: 64 KiB chunks (8 MiB < 64 x 8 x 128 KiB, not < 8 x 8 x 64 KiB),
+    # 16 loops; each GPU's port carries S (1 + 1/4) at 1 GB/s; Simple base 8.4 us, 2 hops of 3.4 x 1 us,
+    # and 15 more loops of the same 2 hops
+    plan = plan_collective("all_reduce", 8 * 2**20, 4, f, algorithm="nvls")
+    assert nvls_loops(8 * 2**20, 2, 4) == 16
+    assert plan.time_s == pytest.approx(8 * 2**20 * 1.25 / 1e9 + 8.4e-6 + 2 * 3.4e-6 + 15 * 2 * 3.4e-6, rel=1e-12)
+    # more channels, fewer loops: over 16 x 4 chunks NCCL shrinks the chunk to 32 KiB (8 MiB < 8 x 64 x
+    # 64 KiB), so 4 loops of 2 MiB
+    wide = plan_collective("all_reduce", 8 * 2**20, 4, replace(f, nvls_channels=16), algorithm="nvls")
+    assert wide.time_s == pytest.approx(8 * 2**20 * 1.25 / 1e9 + 8.4e-6 + 2 * 3.4e-6 + 3 * 2 * 3.4e-6, rel=1e-12)
+
+
+def test_nvls_loses_a_sixth_of_its_port_rate_to_round_trips_at_16_gib():
+    # 8x H200: 1,024 loops of 10.2 us (3.4 x 2 x 1.5 us) beside 16 GiB x 9/8 at the ring-calibrated port
+    # rate; what the old fitted NVLS factor (0.83) stood for
+    f = fabric_of(load_hardware("hgx_h200"))
+    plan = plan_collective("all_reduce", 2**34, 8, f)
+    assert plan.algorithm == "nvls" and f.nvls_fraction == 1.0
+    assert plan.latency_s - plan_collective("all_reduce", 2**20, 8, f, algorithm="nvls").latency_s == \
+        pytest.approx(1023 * 3.4 * 2 * f.intra_hop_latency_s)
+    assert plan.transfer_s / plan.time_s == pytest.approx(0.84, abs=0.01)
 
 
 @settings(max_examples=60, deadline=None)

@@ -512,6 +512,10 @@ class IntraNodeSpec(Spec):
     """CTAs a collective kernel runs on this system (the communication library's channels, NCCL's
     'N coll channels'), each holding an SM while it runs: a collective overlapped with compute takes
     these SMs from it. Omitted: overlapped collectives cost the compute nothing."""
+    nvls_channels: count(le=1024) = 16
+    """Channels an in-switch (NVLS) all-reduce runs on (NCCL's ``NVLS_NCHANNELS``, which its init log
+    prints; 16 on Hopper NVSwitch systems). With the GPU count and the message size they set NCCL's
+    chunk and so how many loops the all-reduce takes, each paying a switch round trip."""
 
 
 class InterNodeSpec(Spec):

@@ -90,6 +90,8 @@ class Fabric:
     """The GPU's achievable DRAM rate (calibrated): a peer-to-peer all-reduce stages its input through it."""
     device_launch_s: float = 0.0
     """Device-side cost of one more launch issued by the same call (the GPU's ``graph_kernel_launch_s``)."""
+    nvls_channels: int = 16
+    """Channels an in-switch (NVLS) all-reduce runs on (the system's ``intra_node.nvls_channels``)."""
 
     @property
     def num_gpus(self) -> int:
@@ -143,7 +145,7 @@ def fabric_of(hardware, launch_mode: str = "eager") -> Fabric:
     sm_fraction = min(intra.collective_channels or 0, gpu.num_sms - 1) / gpu.num_sms
     return Fabric(hardware.name, hardware.num_gpus_per_node, hardware.num_nodes, intra.topology, link, num_links,
                   port, hop, intra.in_switch_reduction, nic, inter.latency_s, launch, nvls, sm_fraction, dram,
-                  device_launch)
+                  device_launch, intra.nvls_channels)
 
 
 def peer_fraction_net(hardware) -> float:
@@ -270,10 +272,14 @@ def candidate_plans(collective: str, num_bytes: float, num_gpus: int, fabric: Fa
             proto = PROTOCOLS[2]
             rate = intra_rate * fabric.nvls_fraction
             nvls_bytes = S * (1 + 1 / g)
+            # every loop after the first waits for its own round trip through the switch
+            loops = nvls_loops(S, fabric.nvls_channels, g, tree=N > 1)
+            loop_latency = (loops - 1) * proto.hop_factor * 2 * a_in
             if N == 1:
-                add("nvls", proto, 2, 0, nvls_bytes, 0.0, intra_r=rate)
+                add("nvls", proto, 2, 0, nvls_bytes, 0.0, intra_r=rate, extra_latency=loop_latency)
             else:
-                add("nvls_tree", proto, 2, 2 * math.log2(N), nvls_bytes, 2 * S / g, intra_r=rate)
+                add("nvls_tree", proto, 2, 2 * math.log2(N), nvls_bytes, 2 * S / g, intra_r=rate,
+                    extra_latency=loop_latency)
     elif collective in ("all_gather", "reduce_scatter"):
         for proto in PROTOCOLS:
             w = (n - 1) / n * S
@@ -296,6 +302,31 @@ def candidate_plans(collective: str, num_bytes: float, num_gpus: int, fabric: Fa
             else:
                 add("p2p", proto, 1, 0, S, 0.0, intra_r=fabric.p2p_bytes_per_s())
     return plans
+
+
+# NCCL's chunk for an NVLS all-reduce (src/enqueue.cc, the chunk-size step of its work setup, 2.18-2.27):
+# it starts at the largest chunk and takes the next smaller one while the message is under ``multiple``
+# x channels x GPUs x the current chunk, so mid-size messages move in small chunks and several loops.
+_NVLS_CHUNKS = ((131072, ((64, 65536), (8, 32768), (2, 16384))),
+                (524288, ((32, 262144), (16, 131072), (4, 65536), (1, 32768))))
+"""(largest chunk bytes, ((multiple, next chunk bytes), ...)) for NVLS in one node, then NVLS-tree."""
+
+
+def nvls_chunk_bytes(num_bytes: float, num_channels: int, num_heads: int, tree: bool = False) -> int:
+    """Bytes of each chunk NCCL's NVLS (``tree``: NVLS-tree) all-reduce moves per channel and GPU."""
+    chunk, steps = _NVLS_CHUNKS[1 if tree else 0]
+    concurrent = num_channels * num_heads
+    for multiple, smaller in steps:
+        if num_bytes < multiple * concurrent * chunk and chunk > smaller:
+            chunk = smaller
+    return chunk
+
+
+def nvls_loops(num_bytes: float, num_channels: int, num_heads: int, tree: bool = False) -> int:
+    """Loops an NVLS all-reduce of ``num_bytes`` takes: each moves one chunk per channel and GPU (head)
+    through the switch's reduction and multicast."""
+    chunk = nvls_chunk_bytes(num_bytes, num_channels, num_heads, tree)
+    return max(1, math.ceil(num_bytes / (num_channels * num_heads * chunk)))
 
 
 def _relatency(plan: CollectivePlan, fabric: Fabric, proto: Protocol, hops_in: float, hops_net: float
