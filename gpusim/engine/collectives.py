@@ -19,7 +19,9 @@ NCCL documentation "Collective Operations"; nccl-tests PERFORMANCE.md for algbw/
 * ``nvls``: NVLink SHARP in-switch reduction (NVSwitch gen3): each GPU reads its reduced shard through
   the switch (multimem load-reduce) and writes it back as a multicast, so its port carries
   ``S (1 + 1/n)`` each way whatever ``n`` is; across nodes, NVLS inside the node and a ring per rail
-  between nodes (NCCL's NVLS-tree/CollNet-style hierarchy).
+  between nodes (NCCL's NVLS-tree/CollNet-style hierarchy). The message moves in NCCL's loops of one
+  chunk per channel and GPU, the chunk shrinking with the message (:func:`nvls_loops`), and every loop
+  after the first waits for its own round trip through the switch.
 * ``hierarchical``: reduce-scatter inside the node, all-reduce of ``S/g`` between nodes on each rail,
   all-gather inside the node.
 
