@@ -64,6 +64,20 @@ def test_every_system_runs_the_all_reduce(capsys, system):
     assert data["total_time_s"] > 0 and data["busbw_bytes_per_s"] > 0
 
 
+def test_an_nvls_all_reduce_reports_its_loops_and_reads_back(capsys):
+    from gpusim.report.data import result_from_dict
+
+    # 1 GiB over 16 NVLS channels x 8 GPUs: not under 64 x 128 x 128 KiB = 1 GiB, so 128 KiB chunks,
+    # 1 GiB / (128 x 128 KiB) = 64 loops
+    code, out, err = run_json(capsys, "dgx_h100", "all_reduce_1gib")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["collective_algorithm"] == "nvls/Simple" and data["collective_loops"] == 64
+    assert result_from_dict(data).collective_loops == 64
+    assert main(["run", "dgx_h100", "all_reduce_1gib"]) == 0
+    assert "nvls/Simple in 64 loops: " in capsys.readouterr().out
+
+
 def test_flop_and_bytes_are_conserved_between_workload_and_result():
     wl = load_workload("bert_base_train")
     result = simulate(load_hardware("a100_sxm4_80gb"), wl, record_spans=False)

@@ -167,7 +167,8 @@ def print_summary(result) -> None:
     if result.step_time_s is not None:
         print(f"  {step_summary(result)}")
     if result.algbw_bytes_per_s is not None:
-        print(f"  {result.collective_algorithm}: algbw {result.algbw_bytes_per_s / 1e9:,.1f} GB/s, "
+        loops = f" in {result.collective_loops:,} loops" if (result.collective_loops or 1) > 1 else ""
+        print(f"  {result.collective_algorithm}{loops}: algbw {result.algbw_bytes_per_s / 1e9:,.1f} GB/s, "
               f"busbw {result.busbw_bytes_per_s / 1e9:,.1f} GB/s")
     layout = layout_summary(result)
     if layout is not None:

@@ -705,7 +705,7 @@ def _simulate_ops(hardware, workload, launch_mode, record_spans, notes) -> Simul
         fabric = fabric_of(hardware, launch_mode)
         plan = plan_collective(op.kind, float(op.num_bytes), int(op.num_gpus), fabric)
         extra.update(algbw_bytes_per_s=plan.algbw_bytes_per_s, busbw_bytes_per_s=plan.busbw_bytes_per_s,
-                     collective_algorithm=f"{plan.algorithm}/{plan.protocol}")
+                     collective_algorithm=f"{plan.algorithm}/{plan.protocol}", collective_loops=plan.loops)
     return dataclasses.replace(result, **extra)
 
 

@@ -174,6 +174,8 @@ class CollectivePlan:
     """Bytes through the GPU's network port per direction."""
     intra_bytes_per_s: float
     nic_bytes_per_s: float
+    loops: int = 1
+    """Loops of chunks the message moves in where each pays its own latency (NVLS); 1 otherwise."""
 
     @property
     def transfer_s(self) -> float:
@@ -248,12 +250,12 @@ def candidate_plans(collective: str, num_bytes: float, num_gpus: int, fabric: Fa
     plans: list[CollectivePlan] = []
 
     def add(algorithm: str, proto: Protocol, hops_in: float, hops_net: float, intra: float, nic: float,
-            intra_r: float = intra_rate, extra_latency: float = 0.0) -> None:
+            intra_r: float = intra_rate, extra_latency: float = 0.0, loops: int = 1) -> None:
         latency = (fabric.launch_s + proto.base_latency_s + extra_latency
                    + proto.hop_factor * (hops_in * a_in + hops_net * a_net))
         plans.append(CollectivePlan(collective, algorithm, proto.name, S, n, latency,
                                     intra / proto.payload_fraction, nic / proto.payload_fraction,
-                                    intra_r, nic_rate))
+                                    intra_r, nic_rate, loops))
 
     # share of a ring's sends that stay inside the node / cross to the next node (one ring per rail)
     in_share = (g - 1) / g if N > 1 else 1.0
@@ -278,10 +280,10 @@ def candidate_plans(collective: str, num_bytes: float, num_gpus: int, fabric: Fa
             loops = nvls_loops(S, fabric.nvls_channels, g, tree=N > 1)
             loop_latency = (loops - 1) * proto.hop_factor * 2 * a_in
             if N == 1:
-                add("nvls", proto, 2, 0, nvls_bytes, 0.0, intra_r=rate, extra_latency=loop_latency)
+                add("nvls", proto, 2, 0, nvls_bytes, 0.0, intra_r=rate, extra_latency=loop_latency, loops=loops)
             else:
                 add("nvls_tree", proto, 2, 2 * math.log2(N), nvls_bytes, 2 * S / g, intra_r=rate,
-                    extra_latency=loop_latency)
+                    extra_latency=loop_latency, loops=loops)
     elif collective in ("all_gather", "reduce_scatter"):
         for proto in PROTOCOLS:
             w = (n - 1) / n * S

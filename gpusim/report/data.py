@@ -22,7 +22,7 @@ _RESULT_FIELDS = ("hardware", "workload", "total_time_s", "peak_memory_bytes", "
                   "fits_in_memory", "launch_mode", "calibration_source", "step_time_s", "samples_per_s",
                   "tokens_per_s", "mfu_fraction", "memory", "time_breakdown_s", "num_unique_kernels", "num_gpus",
                   "parallelism", "link_utilization", "algbw_bytes_per_s", "busbw_bytes_per_s",
-                  "collective_algorithm", "energy_j", "avg_power_w", "peak_power_w", "flop_per_j",
+                  "collective_algorithm", "collective_loops", "energy_j", "avg_power_w", "peak_power_w", "flop_per_j",
                   "energy_breakdown_j", "tdp_w", "clock_fraction_min", "price_usd_per_s", "cost_usd")
 
 
@@ -33,7 +33,8 @@ _KERNEL_REQUIRED = ("name", "op", "start_s", "time_s", "flop", "dram_bytes", "l2
 _KERNEL_STRINGS = ("name", "op", "bound", "node", "phase")
 _RESULT_NUMBERS = ("total_time_s", "peak_memory_bytes", "memory_capacity_bytes", "step_time_s", "samples_per_s",
                    "tokens_per_s", "mfu_fraction", "energy_j", "avg_power_w", "peak_power_w", "flop_per_j", "tdp_w",
-                   "clock_fraction_min", "price_usd_per_s", "cost_usd", "algbw_bytes_per_s", "busbw_bytes_per_s")
+                   "clock_fraction_min", "price_usd_per_s", "cost_usd", "algbw_bytes_per_s", "busbw_bytes_per_s",
+                   "collective_loops")
 _RESULT_REQUIRED = ("hardware", "workload", "total_time_s", "kernels")
 _RESULT_STRINGS = ("hardware", "workload", "launch_mode", "calibration_source", "collective_algorithm")
 _RESULT_NUMBER_MAPS = ("memory", "time_breakdown_s", "link_utilization", "energy_breakdown_j")

@@ -116,6 +116,8 @@ class SimulationResult:
     algbw_bytes_per_s: float | None = None
     busbw_bytes_per_s: float | None = None
     collective_algorithm: str | None = None
+    collective_loops: int | None = None
+    """Loops of chunks the collective moves its message in, each paying its own latency (NVLS)."""
     # energy, power and cost (gpusim.energy.with_energy); absent unless computed
     energy_j: float | None = None
     avg_power_w: float | None = None
@@ -185,6 +187,7 @@ class SimulationResult:
             out["algbw_bytes_per_s"] = self.algbw_bytes_per_s
             out["busbw_bytes_per_s"] = self.busbw_bytes_per_s
             out["collective_algorithm"] = self.collective_algorithm
+            out["collective_loops"] = self.collective_loops
         if self.energy_j is not None:
             out["energy_j"] = self.energy_j
             out["avg_power_w"] = self.avg_power_w
