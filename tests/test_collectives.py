@@ -58,6 +58,15 @@ def test_nvls_chunks_shrink_for_mid_size_messages_as_nccl_picks_them():
     assert nvls_chunk_bytes(2**30, 16, 8, tree=True) == 256 * 1024
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 2**36), st.integers(3, 8), st.sampled_from([1, 2, 4, 8, 16, 24, 32, 64]), st.booleans())
+def test_more_nvls_channels_never_add_loops_and_twice_the_bytes_never_take_fewer(nbytes, gpus, channels, tree):
+    loops = nvls_loops(nbytes, channels, gpus, tree)
+    assert 1 <= loops
+    assert nvls_loops(nbytes, 2 * channels, gpus, tree) <= loops
+    assert nvls_loops(2 * nbytes, channels, gpus, tree) >= loops
+
+
 def test_nvls_all_reduce_pays_a_switch_round_trip_per_loop_on_a_tiny_system():
     f = replace(tiny(nvls=True), nvls_channels=2)
     # 8 MiB over 2 channels x 4 GPUs: 64 KiB chunks (8 MiB < 64 x 8 x 128 KiB, not < 8 x 8 x 64 KiB),
