@@ -373,7 +373,8 @@ class CalibrationSpec(Spec):
     call, DMA setup, completion and the host's wake-up), fitted to copies of several sizes; unset = 0."""
     peer_link_fraction: Optional[Fraction] = None
     in_switch_reduction_fraction: Optional[Fraction] = None
-    """Share of the (peer-calibrated) NVLink port rate an in-switch-reduction (NVLS) all-reduce reaches."""
+    """Share of the (peer-calibrated) NVLink port rate an in-switch-reduction (NVLS) all-reduce reaches
+    besides the round trips of its loops, which the plan charges; unset = 1 (no built-in sets it)."""
     dram_loaded_latency_slope: Optional[number(ge=0.0, le=10.0)] = None
     """DRAM latency under load = idle latency x (1 + slope x DRAM utilization), as bandwidth-sweep
     measurements at partial occupancy show (queueing in the memory controllers); unset = 0."""
