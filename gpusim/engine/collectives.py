@@ -34,7 +34,7 @@ protocol with the smallest predicted time for the message size and topology.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpusim.engine.machine import machine_from_gpu
 from gpusim.errors import SimulationError
@@ -337,8 +337,7 @@ def _relatency(plan: CollectivePlan, fabric: Fabric, proto: Protocol, hops_in: f
                ) -> CollectivePlan:
     latency = (fabric.launch_s + proto.base_latency_s
                + proto.hop_factor * (hops_in * fabric.intra_hop_latency_s + hops_net * fabric.net_hop_latency_s))
-    return CollectivePlan(plan.collective, plan.algorithm, plan.protocol, plan.num_bytes, plan.num_gpus, latency,
-                          plan.intra_bytes, plan.nic_bytes, plan.intra_bytes_per_s, plan.nic_bytes_per_s)
+    return replace(plan, latency_s=latency)
 
 
 def plan_collective(collective: str, num_bytes: float, num_gpus: int, fabric: Fabric, *,
