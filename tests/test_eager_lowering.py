@@ -15,7 +15,9 @@ from gpusim.engine.simulate import simulate
 from gpusim.errors import ConfigError
 from gpusim.measurements import load_training_cases
 from gpusim.workload import Matmul, load_workload
-from gpusim.workload.ops import EAGER_COMPOSITIONS, ELEMENTWISE_FUNCTIONS
+from gpusim.workload.expand import _eager_kv_repeats
+from gpusim.workload.layers import FwdOp, saved_bytes
+from gpusim.workload.ops import EAGER_COMPOSITIONS, ELEMENTWISE_FUNCTIONS, Reduction
 
 B, H, S = 2, 20, 1024  # GPT-2 Large: 20 heads; fp32 scores of 4 bytes
 
@@ -325,3 +327,28 @@ def test_an_eager_norm_keeps_its_tensors_whole_on_every_rank_without_sequence_pa
     n = T * D
     cost = {f: activations(f, False) - activations(f, True) for f in ("default", "attention_only")}
     assert cost["attention_only"] - cost["default"] == pytest.approx(3 * 4 * n / 2)
+
+
+def test_eager_grouped_query_attention_copies_keys_and_values_out_to_the_query_heads():
+    """Hugging Face's ``repeat_kv`` (and torchtitan's, and ``repeat_interleave``) before PyTorch's
+    attention: K and V (2 key heads) are written out at the 4 query heads, reading each source once;
+    their gradients sum the repeats. hd = 256 / 4 = 64: 2 x 4 x 128 x 64 = 65,536 elements from
+    2 x 2 x 128 x 64 = 32,768, so each copy moves (32,768 + 65,536) x 2 bytes of DRAM."""
+    eager = _nodes("llama2_7b_train", LLAMA_EAGER)
+    forward = [x.name for x in eager if x.phase == "forward"]
+    at = forward.index("layer0.attention")
+    assert forward[at - 2:at] == ["layer0.attention_repeat_k", "layer0.attention_repeat_v"]
+    for t in ("k", "v"):
+        (copy,) = _by_name(eager, "forward", f"layer0.attention_repeat_{t}")
+        assert (copy.op.function, copy.op.num_elements, copy.op.broadcast_elements) == ("expand", 65536, 32768)
+        assert copy.op.bytes_read() + copy.op.bytes_written() == (32768 + 65536) * 2
+        (grad,) = _by_name(eager, "backward", f"layer0.attention_repeat_{t}.")
+        assert isinstance(grad.op, Reduction) and (grad.op.num_elements, grad.op.num_outputs) == (65536, 32768)
+    # the attention kernel keeps the repeated K and V: each copy adds what it holds beyond its source
+    att = next(x.op for x in eager if x.name == "layer0.attention")
+    assert [saved_bytes(f) for f in _eager_kv_repeats(FwdOp("attention", att))] == [(65536 - 32768) * 2] * 2
+    # no copies where every query head has its own key head, nor where a fused mode takes the
+    # grouped heads as they are
+    mha = _nodes("llama2_7b_train", [i for i in LLAMA_EAGER if "num_kv_heads" not in i] + ["config.num_kv_heads=4"])
+    fused = _nodes("llama2_7b_train", [i for i in LLAMA_EAGER if not i.startswith("fusion=")])
+    assert not any("_repeat_" in x.name for x in mha + fused)

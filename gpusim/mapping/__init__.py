@@ -204,10 +204,18 @@ def _torch_scalar_elementwise(machine: Machine, op, read: float, written: float,
     instructions for its next element between two of its round trips
     (:func:`~gpusim.mapping.streaming.torch_scalar_instructions`) while the SM's other warps wait."""
     casts = op.casts_on_load
-    load_bytes = (read - op.broadcast_elements * DTYPE_BYTES[op.dtype]) / op.num_elements
+    reread = 0.0
+    if op.num_inputs:
+        load_bytes = (read - op.broadcast_elements * DTYPE_BYTES[op.dtype]) / op.num_elements
+    else:
+        # a copy that expands a smaller tensor (``expand``): each element loads its source element,
+        # which DRAM serves once and L2 again for every further repeat
+        load_bytes = DTYPE_BYTES[op.dtype]
+        reread = max(0.0, op.num_elements / max(1, op.broadcast_elements) - 1.0)
     ctas, threads, in_flight = torch_scalar_elementwise_launch(op.num_elements, op.dtype, casts, load_bytes)
     plan = streaming_plan(machine, op.kind, op.kind, op.dtype, bytes_read=read, bytes_written=written, flop=flop,
-                          sfu_ops=sfu, num_ctas=ctas, threads_per_cta=threads, bytes_in_flight_per_thread=in_flight)
+                          sfu_ops=sfu, num_ctas=ctas, threads_per_cta=threads, bytes_in_flight_per_thread=in_flight,
+                          l2_reread_fraction=reread)
     instructions = torch_scalar_instructions(op.tensor_inputs, op.index_dims, casts)
     return replace(plan, useful_flop=float(op.flop()), executed_flop=flop, warp_instructions_per_trip=instructions)
 

@@ -191,6 +191,34 @@ def _eager_rmsnorm(f: FwdOp) -> list[FwdOp]:
             for i, (name, step, saved) in enumerate(eager_rmsnorm_ops(f.op.rows, f.op.cols, f.op.dtype))]
 
 
+EAGER_KV_REPEAT_INDEX_DIMS = 4
+"""Index dimensions of the copy that repeats grouped-query keys or values over the query heads
+(:func:`_eager_kv_repeats`): the head dimension, the repeat (stride 0 in the source) and the tokens
+of a transposed projection view cannot merge (measurements/h200_sxm_141gb/block_kernels.csv: the
+copy runs PyTorch's index-computing ``elementwise_kernel<128, 4>`` with ``direct_copy_kernel_cuda``)."""
+
+
+def _eager_kv_repeats(f: FwdOp) -> list[FwdOp]:
+    """The copies eager model code makes of grouped-query keys and values before attention: Hugging
+    Face's ``repeat_kv`` and torchtitan's (``expand`` then ``reshape``) and ``repeat_interleave``
+    write K and V out at the query heads' count, since PyTorch's attention kernels of 2023-2024 take
+    equal head counts. Each copy reads the source once and writes the repeated tensor; the attention
+    kernel keeps the repeated tensors for its backward, so each copy adds the bytes its output holds
+    beyond the source's, which the attention op counts. Its gradient sums over the repeat (a
+    reduction, :func:`backward_ops`). None where every query head has its own key head."""
+    att = f.op
+    assert isinstance(att, Attention)
+    if att.num_kv_heads >= att.heads:
+        return []
+    elements = att.batch * att.heads * att.seq_len_kv * att.head_dim
+    source = att.batch * att.num_kv_heads * att.seq_len_kv * att.head_dim
+    dtype = att.kv_dtype or att.dtype
+    repeat = Elementwise(num_elements=elements, function="expand", dtype=dtype, broadcast_elements=source,
+                         index_dims=EAGER_KV_REPEAT_INDEX_DIMS)
+    extra = (elements - source) * dtype_bytes(dtype)
+    return [FwdOp(f"{f.name}_repeat_{t}", repeat, saved_bytes=extra, input_grad=f.input_grad) for t in ("k", "v")]
+
+
 def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...]:
     if fusion == "megatron":
         ops = tuple(x for f in ops
@@ -198,6 +226,8 @@ def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...
     if fusion in ("none", "attention_only"):
         out: list[FwdOp] = []
         for f in ops:
+            if isinstance(f.op, Attention) and f.op.variant == "forward":
+                out.extend(_eager_kv_repeats(f))
             if fusion == "none" and _fused_attention(f):
                 out.extend(_lower_attention(f, training))
             elif isinstance(f.op, Elementwise) and f.op.function in EAGER_COMPOSITIONS:
@@ -366,6 +396,10 @@ def backward_ops(f: FwdOp, grad_accumulation: bool, fusion: str) -> list[tuple[s
                 out.append(("grad", Elementwise(num_elements=op.num_elements, function="+".join(functions),
                                                 dtype=dtype, input_dtype=input_dtype, broadcast_elements=broadcast,
                                                 index_dims=op.index_dims)))
+        if op.functions == ("expand",) and op.broadcast_elements and f.input_grad:
+            # a repeated tensor's gradient sums the repeats (autograd's sum over the expanded dimension)
+            out.append(("grad", Reduction(num_elements=op.num_elements, num_outputs=op.broadcast_elements,
+                                          dtype=op.dtype)))
         if "bias_add" in op.functions and op.broadcast_elements:
             out.append(("bias_grad", Reduction(num_elements=op.num_elements, num_outputs=op.broadcast_elements,
                                                dtype=op.dtype)))
