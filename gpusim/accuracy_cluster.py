@@ -202,9 +202,10 @@ def _training_workload(case):
             and case.seq_len and case.micro_batch_size:
         # torchtitan of 2024 in eager PyTorch: FSDP2 over every GPU, parameters gathered in BF16 and
         # gradients reduced in FP32 (its mixed_precision_reduce default), no gradient accumulation,
-        # attention through PyTorch SDPA's FlashAttention-2 kernel and the rest of each block op by op
+        # attention through PyTorch SDPA's FlashAttention-2 kernel and the rest of each block op by op,
+        # rotary embedding as complex products (torchtitan's apply_rotary_emb)
         workload, vocab, config = LLAMA_GPT_MODELS[case.model]
-        items = [f"config.{c}" for c in config] + [
+        items = [f"config.{c}" for c in config] + ["config.rotary_form=complex",
                  f"config.seq_len={case.seq_len}", f"config.vocab_size={vocab}", f"batch_size={case.micro_batch_size}",
                  "precision=bf16", f"activation_checkpointing={case.activation_checkpointing or 'none'}",
                  "fusion=attention_only", "config.attention_kernel=fused", f"parallelism.data={n}",

@@ -276,11 +276,11 @@ def test_eager_gated_mlp_and_rotary_run_their_tensor_ops_and_fused_modes_one_ker
     eager = _nodes("llama2_7b_train", LLAMA_EAGER)
     assert [x.op.function for x in _by_name(eager, "forward", "layer0.act_")] == ["silu", "mul"]
     assert [x.op.function for x in _by_name(eager, "forward", "layer0.rotary_")] == [
-        "mul_table", "rotate_half", "mul_table", "add"]
+        "mul_table", "slice_neg", "cat", "mul_table", "add"]
     # rotary works on transposed head views (3 index dimensions), the gated MLP on the two halves of
     # one projection's output (2), forward and backward
     assert {x.op.index_dims for x in _by_name(eager, "forward", "layer0.rotary_")} == {3}
-    assert {x.op.index_dims for x in _by_name(eager, "backward", "layer0.rotary_")} == {3}
+    assert {x.op.index_dims for x in _by_name(eager, "backward", "layer0.rotary_") if x.op.function != "fill"} == {3}
     assert {x.op.index_dims for x in _by_name(eager, "forward", "layer0.act_")} == {2}
     assert {x.op.index_dims for x in _by_name(eager, "backward", "layer0.act_")} == {2}
     fused = _nodes("llama2_7b_train", [i for i in LLAMA_EAGER if not i.startswith("fusion=")])
@@ -352,3 +352,62 @@ def test_eager_grouped_query_attention_copies_keys_and_values_out_to_the_query_h
     mha = _nodes("llama2_7b_train", [i for i in LLAMA_EAGER if "num_kv_heads" not in i] + ["config.num_kv_heads=4"])
     fused = _nodes("llama2_7b_train", [i for i in LLAMA_EAGER if not i.startswith("fusion=")])
     assert not any("_repeat_" in x.name for x in mha + fused)
+
+
+def test_eager_rotate_half_negates_one_half_concatenates_and_its_gradient_fills_and_copies_slices():
+    """Hugging Face's ``rotate_half``, cat(-x[..., half:], x[..., :half]), as the H200 block profile
+    shows it: forward the negation of the half, the concatenation, two products and the sum (5
+    kernels); backward two products, and per slice a zero fill of the whole size and a copy of the
+    half, the half's negation, and two adds that gather x's three gradients (9 kernels). q and k of
+    the test block: 2 x 128 tokens x (4 + 2) heads x 64 = 98,304 elements."""
+    n = 2 * 128 * 6 * 64
+    eager = _nodes("llama2_7b_train", LLAMA_EAGER)
+    forward = [(x.op.function, x.op.num_elements) for x in _by_name(eager, "forward", "layer0.rotary_")]
+    assert forward == [("mul_table", n), ("slice_neg", n // 2), ("cat", n), ("mul_table", n), ("add", n)]
+    backward = sorted((x.op.function, x.op.num_elements, x.op.index_dims)
+                      for x in _by_name(eager, "backward", "layer0.rotary_"))
+    assert backward == sorted([("mul_table", n, 3), ("mul_table", n, 3), ("add", n, 3), ("add", n, 3),
+                               ("neg", n // 2, 3), ("fill", n, 0), ("fill", n, 0), ("copy", n // 2, 3),
+                               ("copy", n // 2, 3)])
+
+
+def test_the_strided_concatenation_runs_pytorchs_cat_kernel_one_element_per_thread():
+    """CatArrayBatchedCopy: per input, 2 CTAs of 512 threads per SM (132 SMs on an H200) striding one
+    element at a time, each issuing the counted 117 instructions per element between its trips: it
+    takes at least the issue time of n x 117 / 32 warp instructions on 132 SMs x 4 schedulers at
+    1.98 GHz (58.7 us for 16.8M elements), longer than PyTorch's index-computing copy of the same
+    bytes (56.5 instructions per element at 3 index dimensions)."""
+    from gpusim.engine.kernel import simulate_kernel
+    from gpusim.engine.machine import machine_of
+    from gpusim.mapping import map_op
+    from gpusim.workload.ops import Elementwise
+
+    machine = machine_of(load_hardware("h200_sxm_141gb"))
+    n = 4096 * 32 * 128
+    (cat,) = map_op(Elementwise(num_elements=n, function="cat", dtype="bf16", index_dims=3), machine)
+    (copy,) = map_op(Elementwise(num_elements=n, function="copy", dtype="bf16", index_dims=3), machine)
+    assert (cat.grid, cat.threads_per_cta, cat.warp_instructions_per_trip) == (2 * 2 * 132, 512, 117.0)
+    assert cat.bytes_in_flight_per_cta == 512 * 2
+    issue_s = n * 117 / 32 / (machine.num_units * machine.num_schedulers_per_unit * machine.unit_clock_hz)
+    assert issue_s == pytest.approx(58.7e-6, rel=1e-3)
+    assert simulate_kernel(cat, machine).time_s >= issue_s > simulate_kernel(copy, machine).time_s
+
+
+def test_complex_rotary_form_casts_up_multiplies_complex_pairs_and_casts_back():
+    """Meta's reference code and torchtitan: x.float() viewed as complex pairs times the complex table,
+    then cast back: 3 kernels each way (the casts swap in the backward), FP32 in the middle, nothing
+    kept; torchtitan's rows are scored with it. The fused modes run either form as one kernel."""
+    n = 2 * 128 * 6 * 64
+    eager = _nodes("llama2_7b_train", LLAMA_EAGER + ["config.rotary_form=complex"])
+    forward = [(x.op.function, x.op.num_elements, x.op.dtype, x.op.input_dtype)
+               for x in _by_name(eager, "forward", "layer0.rotary_")]
+    assert forward == [("cast", n, "fp32", "bf16"), ("mul_table", n, "fp32", None), ("cast", n, "bf16", "fp32")]
+    backward = [(x.op.function, x.op.dtype, x.op.input_dtype) for x in _by_name(eager, "backward", "layer0.rotary_")]
+    assert backward == [("cast", "fp32", "bf16"), ("mul_table", "fp32", None), ("cast", "bf16", "fp32")]
+    fused = _nodes("llama2_7b_train", [i for i in LLAMA_EAGER if not i.startswith("fusion=")]
+                   + ["config.rotary_form=complex"])
+    assert [x.op.num_elements for x in fused if x.name == "layer0.rotary"] == [n]
+    from gpusim.accuracy_cluster import _training_workload
+    case = next(c for c in load_training_cases("measurements/heldout/torchtitan_a100_llama.csv")
+                if c.model == "llama2_13b")
+    assert "config.rotary_form=complex" in _training_workload(case)[3]

@@ -24,6 +24,7 @@ from gpusim.mapping.gemm import (STREAM_K_MIN_K_ITERATIONS, compulsory_dram_byte
                                  promotes_partial_sums, tile_candidates, tile_misfit_reason, uses_matrix_pipe)
 from gpusim.mapping.plan import KernelPlan, Tile
 from gpusim.mapping.streaming import (elementwise_launch, framework_row_launch, row_launch, streaming_plan,
+                                     TORCH_CAT_INSTRUCTIONS_PER_ELEMENT, torch_cat_launch,
                                      torch_scalar_elementwise_launch, torch_scalar_instructions)
 
 __all__ = ["KernelPlan", "Tile", "map_op", "best_gemm", "LINK_CATEGORIES"]
@@ -212,11 +213,16 @@ def _torch_scalar_elementwise(machine: Machine, op, read: float, written: float,
         # which DRAM serves once and L2 again for every further repeat
         load_bytes = DTYPE_BYTES[op.dtype]
         reread = max(0.0, op.num_elements / max(1, op.broadcast_elements) - 1.0)
-    ctas, threads, in_flight = torch_scalar_elementwise_launch(op.num_elements, op.dtype, casts, load_bytes)
+    if op.function == "cat":
+        # the concatenation of strided halves: PyTorch's CatArrayBatchedCopy, one element per thread
+        ctas, threads, _ = torch_cat_launch(machine, op.num_elements)
+        in_flight, instructions = load_bytes, TORCH_CAT_INSTRUCTIONS_PER_ELEMENT
+    else:
+        ctas, threads, in_flight = torch_scalar_elementwise_launch(op.num_elements, op.dtype, casts, load_bytes)
+        instructions = torch_scalar_instructions(op.tensor_inputs, op.index_dims, casts)
     plan = streaming_plan(machine, op.kind, op.kind, op.dtype, bytes_read=read, bytes_written=written, flop=flop,
                           sfu_ops=sfu, num_ctas=ctas, threads_per_cta=threads, bytes_in_flight_per_thread=in_flight,
                           l2_reread_fraction=reread)
-    instructions = torch_scalar_instructions(op.tensor_inputs, op.index_dims, casts)
     return replace(plan, useful_flop=float(op.flop()), executed_flop=flop, warp_instructions_per_trip=instructions)
 
 

@@ -133,6 +133,32 @@ def torch_scalar_elementwise_launch(num_elements: int, out_dtype: str, casts: bo
     return max(1, ctas), TORCH_SCALAR_THREADS, float(load_bytes_per_element)
 
 
+TORCH_CAT_THREADS = 512
+"""Threads per CTA of PyTorch's ``CatArrayBatchedCopy`` for inputs it cannot load as vectors."""
+
+TORCH_CAT_CTAS_PER_UNIT = 2
+"""CTAs per SM and input of that kernel: the grid is 2 x SMs along x, one row per input along y, each
+thread striding over its input one element at a time (PyTorch's ``getCatGrid``)."""
+
+TORCH_CAT_INSTRUCTIONS_PER_ELEMENT = 117.0
+"""Instructions one thread of the strided ``CatArrayBatchedCopy`` issues per element (4 dimensions,
+32-bit indices), counted in the loop of an equivalent kernel compiled for sm_90 by nvcc 13.0 (-O3,
+read with nvdisasm): the output offset and the input offset each split the element's index over the
+dimensions by unsigned division, with the concatenated dimension's size chosen per input (three
+divisors' reciprocals rebuilt per element, I2F + MUFU.RCP + F2I, and the other divisions as
+multiply-high with corrections: 45 IMAD, 16 ISETP, 11 IADD3 among them), a 2-byte load and a store."""
+
+
+def torch_cat_launch(machine: Machine, num_elements: int, num_inputs: int = 2) -> tuple[int, int, float]:
+    """(CTAs, threads per CTA, bytes in flight per thread) of PyTorch's ``CatArrayBatchedCopy`` joining
+    ``num_inputs`` equal strided inputs of ``num_elements`` in all: up to
+    :data:`TORCH_CAT_CTAS_PER_UNIT` x SMs CTAs of 512 threads per input, each thread one element in
+    flight (the bytes in flight are set per element's dtype by the caller)."""
+    per_input = math.ceil(num_elements / max(1, num_inputs))
+    ctas = min(TORCH_CAT_CTAS_PER_UNIT * machine.num_units, math.ceil(per_input / TORCH_CAT_THREADS))
+    return max(1, ctas) * max(1, num_inputs), TORCH_CAT_THREADS, 0.0
+
+
 def row_launch(machine: Machine, rows: int, cols: int, dtype: str) -> tuple[int, int, float]:
     """(CTAs, threads per CTA, bytes in flight per thread) of a row-wise kernel (softmax, norms):
     one CTA per row with up to 1024 threads each loading 16-byte vectors; short rows pack several

@@ -12,8 +12,10 @@ mask (causal or padding), softmax, (dropout), AV, and functions that models writ
 run as one kernel per tensor op: GPT-2's GELU, gated MLPs and rotary embeddings
 (:data:`~gpusim.workload.ops.EAGER_COMPOSITIONS`) and RMSNorm (:func:`eager_rmsnorm_ops`). RMSNorm and
 the gated MLPs as Llama's reference code, Hugging Face and torchtitan write them; rotary embedding in
-Hugging Face's ``rotate_half`` form (the reference code and torchtitan multiply complex numbers in
-FP32 instead: a cast, the product and a cast back, about the same bytes).
+Hugging Face's ``rotate_half`` form (the negation of a half, the concatenation, two products and the
+sum; its gradient fills and copies the two slices), or with ``config.rotary_form: complex`` as the
+reference code and torchtitan multiply complex numbers in FP32 (:func:`eager_complex_rotary_ops`);
+grouped-query keys and values copied out to the query heads before attention (:func:`_eager_kv_repeats`).
 Fusion ``attention_only`` (eager PyTorch whose model code calls a FlashAttention kernel, as
 llm-foundry's MPT does): as ``none``, but attention stays its fused kernel.
 Fusion ``megatron`` (Megatron-LM's hand-fused kernels around plain cuBLAS GEMMs, as GPT training ran
@@ -41,6 +43,7 @@ from gpusim.workload.ops import (
     EAGER_BACKWARD_COMPOSITIONS,
     EAGER_COMPOSITIONS,
     EAGER_INDEX_DIMS,
+    EAGER_STEP_ELEMENTS,
     ELEMENTWISE_FUNCTIONS,
     MASK_BYTES,
     VECTOR_DTYPES,
@@ -183,6 +186,28 @@ def eager_rmsnorm_ops(rows: int, cols: int, dtype: str, weight_dtype: str | None
     return [s for s in steps if dtype != "fp32" or s[0] not in ("cast", "cast_back")]
 
 
+def _share(elements: int, share: float) -> int:
+    """``share`` of ``elements``, at least one."""
+    return max(1, round(elements * share))
+
+
+EAGER_COMPLEX_ROTARY_INDEX_DIMS = 3
+"""Index dimensions of the complex product of the complex rotary form: the (tokens, 1, pairs) table
+broadcast over heads keeps pairs, heads and tokens apart."""
+
+
+def eager_complex_rotary_ops(elements: int, dtype: str) -> list[tuple[str, Elementwise]]:
+    """Rotary embedding as Meta's reference code and torchtitan write it, one kernel per tensor op:
+    ``view_as_real(view_as_complex(x.float().reshape(..., -1, 2)) * freqs_cis).flatten(3).type_as(x)``:
+    the cast up to FP32, the complex product with the broadcast table (its pairs counted as
+    ``elements`` FP32 values) and the cast back. Autograd runs each step's gradient (the casts
+    swapped, a product with the conjugate table); nothing is kept."""
+    return [("cast", Elementwise(num_elements=elements, function="cast", dtype="fp32", input_dtype=dtype)),
+            ("product", Elementwise(num_elements=elements, function="mul_table", dtype="fp32",
+                                    index_dims=EAGER_COMPLEX_ROTARY_INDEX_DIMS)),
+            ("cast_back", Elementwise(num_elements=elements, function="cast", dtype=dtype, input_dtype="fp32"))]
+
+
 def _eager_rmsnorm(f: FwdOp) -> list[FwdOp]:
     """An RMSNorm forward op as its eager kernels (:func:`eager_rmsnorm_ops`); the weight product
     carries the parameters."""
@@ -232,9 +257,14 @@ def _fuse(ops: Sequence[FwdOp], fusion: str, training: bool) -> tuple[FwdOp, ...
                 out.extend(_lower_attention(f, training))
             elif isinstance(f.op, Elementwise) and f.op.function in EAGER_COMPOSITIONS:
                 dims = EAGER_INDEX_DIMS.get(f.op.function, 0)
-                out.extend(replace(f, name=f"{f.name}_{i}_{step}", op=replace(f.op, function=step, index_dims=dims),
-                                   saved_bytes=None, num_parameters=f.num_parameters if i == 0 else 0)
+                out.extend(replace(f, name=f"{f.name}_{i}_{step}", saved_bytes=None,
+                                   op=replace(f.op, function=step, index_dims=dims,
+                                              num_elements=_share(f.op.num_elements, EAGER_STEP_ELEMENTS.get(step, 1.0))),
+                                   num_parameters=f.num_parameters if i == 0 else 0)
                            for i, step in enumerate(EAGER_COMPOSITIONS[f.op.function]))
+            elif isinstance(f.op, Elementwise) and f.op.function == "rotary_complex":
+                out.extend(replace(f, name=f"{f.name}_{i}_{name}", op=step, saved_bytes=0.0)
+                           for i, (name, step) in enumerate(eager_complex_rotary_ops(f.op.num_elements, f.op.dtype)))
             elif isinstance(f.op, RMSNorm) and f.op.variant == "forward":
                 out.extend(_eager_rmsnorm(f))
             else:
@@ -389,8 +419,11 @@ def backward_ops(f: FwdOp, grad_accumulation: bool, fusion: str) -> list[tuple[s
                                   not in (None, op.dtype) else (op.dtype, None))
             broadcast = op.broadcast_elements if "mul_bcast" in op.functions else 0
             if eager and len(functions) == 1 and functions[0] in EAGER_BACKWARD_COMPOSITIONS:
-                out += [(f"grad_{i}_{step}", Elementwise(num_elements=op.num_elements, function=step, dtype=op.dtype))
-                        for i, step in enumerate(EAGER_BACKWARD_COMPOSITIONS[functions[0]])]
+                for i, step in enumerate(EAGER_BACKWARD_COMPOSITIONS[functions[0]]):
+                    fn, share, dims = step if isinstance(step, tuple) else (step, 1.0, None)
+                    out.append((f"grad_{i}_{fn}", Elementwise(
+                        num_elements=_share(op.num_elements, share), function=fn, dtype=op.dtype,
+                        index_dims=op.index_dims if dims is None else dims)))
             else:
                 # the gradient runs over the same operand layouts as the forward
                 out.append(("grad", Elementwise(num_elements=op.num_elements, function="+".join(functions),

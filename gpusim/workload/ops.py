@@ -94,6 +94,7 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
     _f("dropout", 1, 1, 2, extra_write_bytes_per_element=MASK_BYTES, backward="dropout_backward", saves="mask",
        epilogue=True),
     _f("rotary", 1, 1, 3, backward="rotary_backward"),
+    _f("rotary_complex", 1, 1, 3, backward="rotary_backward"),  # the same function written as complex products
     _f("cast", 1, 1, 0, backward="cast"),
     # the steps of functions that eager model code writes as tensor ops (EAGER_COMPOSITIONS, _eager_rmsnorm)
     _f("square", 1, 1, 1, backward="square_backward", saves="input"),
@@ -101,7 +102,11 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
     _f("mul_bcast", 1, 1, 1, backward="mul_bcast", saves="input"),  # x times a broadcast operand (a row
     # statistic, a weight vector) read once: ``broadcast_elements``
     _f("mul_table", 1, 1, 1, backward="mul_table"),  # x times a constant table (rotary cos / sin): saves nothing
-    _f("rotate_half", 1, 1, 0, backward="rotate_half"),  # cat(-x2, x1): the negation and the concatenation
+    # rotate_half(x) = cat(-x2, x1) as eager PyTorch runs it: the negation of one half (a slice, whose
+    # elements the step counts) and the concatenation of the two strided halves (CatArrayBatchedCopy)
+    _f("neg", 1, 1, 1, backward="neg"),
+    _f("slice_neg", 1, 1, 1, backward="slice_neg_backward"),
+    _f("cat", 1, 1, 0, backward="cat_backward"),
     _f("expand", 0, 1, 0),  # a broadcast operand written out at full size (a mean's gradient)
     _f("copy", 1, 1, 0),
     _f("shift", 1, 1, 1),  # x + constant: its gradient passes through unchanged
@@ -139,12 +144,17 @@ EAGER_COMPOSITIONS: dict[str, tuple[str, ...]] = {
     "swiglu": ("silu", "mul"),
     "geglu": ("gelu", "mul"),
     # rotary embedding as Hugging Face's apply_rotary_pos_emb writes it: x * cos + rotate_half(x) * sin,
-    # rotate_half(x) = cat(-x2, x1) (two kernels in PyTorch, one step here)
-    "rotary": ("mul_table", "rotate_half", "mul_table", "add"),
+    # rotate_half(x) = cat(-x[..., half:], x[..., :half]): the negation of the second half, the
+    # concatenation, the two products and the sum (measurements/h200_sxm_141gb/block_kernels.csv:
+    # neg_kernel_cuda, CatArrayBatchedCopy, two products, an add, for q and for k)
+    "rotary": ("mul_table", "slice_neg", "cat", "mul_table", "add"),
 }
 """Element-wise functions that eager frameworks run as several kernels, one per tensor op (fusions
 ``none`` and ``attention_only``); the other fusions run them as one kernel. RMSNorm's eager form is
 :func:`gpusim.workload.expand.eager_rmsnorm_ops` (it has a reduction in it)."""
+
+EAGER_STEP_ELEMENTS: dict[str, float] = {"slice_neg": 0.5}
+"""Steps of an eager composition that run on a share of its elements: rotary's negation of one half."""
 
 TABLE_OPERAND_FUNCTIONS = frozenset({"mul_bcast", "mul_table", "mask_add", "mask_fill"})
 """Functions with an operand besides their streamed input(s) that the kernel reads from cache for
@@ -164,12 +174,21 @@ EAGER_INDEX_DIMS: dict[str, int] = {
 """Index dimensions (:attr:`Elementwise.index_dims`) of the kernels of an eager composition whose
 operands are not all contiguous; compositions not listed (GPT-2's GELU) run on contiguous tensors."""
 
-EAGER_BACKWARD_COMPOSITIONS: dict[str, tuple[str, ...]] = {
+EAGER_BACKWARD_COMPOSITIONS: dict[str, tuple[str | tuple[str, float, int | None], ...]] = {
     # PyTorch's PowBackward for x.pow(2): grad * (2 * x.pow(1)), x.pow(1) a copy of x
     "square_backward": ("copy", "scale", "mul"),
+    # rotate_half's gradient: NegBackward negates the half, then SliceBackward writes it into a zeroed
+    # tensor of the whole size (a vectorized fill of twice the half's elements, then a strided copy)
+    "slice_neg_backward": ("neg", ("fill", 2.0, 0), "copy"),
+    # CatBackward hands each input a view of the gradient; the other half's SliceBackward zero-fills
+    # the whole size and copies that half in, and autograd adds it to x's gradient from the product
+    # with cos (the rotary sum's own gradient adds the third). The block profile's order per tensor:
+    # two products, fill, copy, add, neg, fill, copy, add
+    "cat_backward": (("fill", 1.0, 0), ("copy", 0.5, None), "add"),
 }
 """Backward functions that PyTorch's autograd runs as several kernels (fusions ``none`` and
-``attention_only``), one per tensor op."""
+``attention_only``), one per tensor op. A step is a function over the forward step's elements and
+index dimensions, or (function, share of the elements, index dimensions; None: the step's)."""
 
 
 def chain_cost(functions: tuple[str, ...]) -> ElementwiseFunction:

@@ -57,6 +57,11 @@ class TransformerConfig(Spec):
     """``learned`` (a position table added to the tokens), ``rotary`` (RoPE on Q and K), ``alibi``
     (Press et al. 2022, as MPT and BLOOM: no table, a per-head linear bias added to every attention
     score inside the attention kernel) or ``none``."""
+    rotary_form: Literal["rotate_half", "complex"] = "rotate_half"
+    """How eager model code (fusions ``none`` and ``attention_only``) writes rotary embedding:
+    ``rotate_half`` as Hugging Face's ``apply_rotary_pos_emb`` (products with cos and sin tables and a
+    negated, concatenated half), ``complex`` as Meta's reference code and torchtitan (pairs viewed as
+    complex FP32 numbers times a complex table). The fused modes run either as one kernel."""
     bias: Optional[bool] = None
     tied_embeddings: Optional[bool] = None
     dropout: Optional[number(gt=None, ge=0.0, le=1.0)] = None
@@ -127,6 +132,7 @@ class Resolved:
     num_experts: int
     top_k: int
     attention_kernel: str = "fused"
+    rotary_form: str = "rotate_half"
 
     @property
     def gated(self) -> bool:
@@ -152,7 +158,7 @@ def resolve(family: str, cfg: TransformerConfig) -> Resolved:
         bias=d["bias"], tied_embeddings=d["tied_embeddings"], dropout=d["dropout"], causal=d["causal"],
         type_vocab_size=d["type_vocab_size"], head=d["head"], num_experts=d.get("num_experts") or 1,
         top_k=d.get("top_k") or 1 if d.get("num_experts") else 1,
-        attention_kernel=cfg.attention_kernel,
+        attention_kernel=cfg.attention_kernel, rotary_form=cfg.rotary_form,
     )
 
 
@@ -213,7 +219,7 @@ def block_ops(r: Resolved, p: PrecisionPolicy, *, batch: int, seq_q: int, seq_kv
         o.norm("norm1")
     o.linear("qkv", (H + 2 * KV) * hd, h, bias=r.bias, split_output=True)
     if r.position_embedding == "rotary":
-        o.ew("rotary", "rotary", T * (H + KV) * hd)
+        o.ew("rotary", "rotary" if r.rotary_form == "rotate_half" else "rotary_complex", T * (H + KV) * hd)
     if kv_append:
         # read in the activations' dtype, written in the cache's (an FP8 cache quantizes on the way)
         o.add("kv_append", Copy(num_bytes=T * KV * hd * (dtype_bytes(p.activation_dtype) + dtype_bytes(kv_dtype)),
