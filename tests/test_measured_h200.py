@@ -101,7 +101,8 @@ def test_the_measured_suite_scores_every_own_file_per_op(tmp_path, capsys):
 def test_the_eager_bf16_blocks_simulated_again():
     """``gpusim accuracy --suite measured`` simulates every block of block.csv again: the GEMMs and
     attention of the BF16 blocks within 10%, their other kernels (eager PyTorch's norms, rotary and
-    gated MLP op by op) at most 25% short, whole steps at most 15% short (-10..-13% when recorded)."""
+    gated MLP op by op) at most 20% short (-6.5..-18.8% since rotary and the grouped-query copies run
+    PyTorch's kernels), whole steps at most 12% short (-6.6..-10.4%; -10..-13% before them)."""
     from gpusim.cuda_backend.block import resimulated_rows
 
     rows = resimulated_rows(FOLDER / "block.csv")
@@ -112,9 +113,9 @@ def test_the_eager_bf16_blocks_simulated_again():
         if r["kernel_class"] in ("gemm", "attention"):
             assert abs(error) <= 0.10, r
         elif r["kernel_class"] == "other":
-            assert -0.25 <= error <= 0.0, r
+            assert -0.20 <= error <= 0.0, r
         elif r["phase"] == "step":
-            assert -0.15 <= error <= 0.0, r
+            assert -0.12 <= error <= 0.0, r
     # the file's own simulated column is the model's when measured; these are recomputed
     with (FOLDER / "block.csv").open() as handle:
         recorded = {(r["case_id"], r["phase"], r["kernel_class"]): float(r["simulated_s"])
