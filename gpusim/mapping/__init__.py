@@ -215,8 +215,8 @@ def _torch_scalar_elementwise(machine: Machine, op, read: float, written: float,
         reread = max(0.0, op.num_elements / max(1, op.broadcast_elements) - 1.0)
     if op.function == "cat":
         # the concatenation of strided halves: PyTorch's CatArrayBatchedCopy, one element per thread
-        ctas, threads, _ = torch_cat_launch(machine, op.num_elements)
-        in_flight, instructions = load_bytes, TORCH_CAT_INSTRUCTIONS_PER_ELEMENT
+        ctas, threads, in_flight = torch_cat_launch(machine, op.num_elements, load_bytes)
+        instructions = TORCH_CAT_INSTRUCTIONS_PER_ELEMENT
     else:
         ctas, threads, in_flight = torch_scalar_elementwise_launch(op.num_elements, op.dtype, casts, load_bytes)
         instructions = torch_scalar_instructions(op.tensor_inputs, op.index_dims, casts)

@@ -149,14 +149,15 @@ divisors' reciprocals rebuilt per element, I2F + MUFU.RCP + F2I, and the other d
 multiply-high with corrections: 45 IMAD, 16 ISETP, 11 IADD3 among them), a 2-byte load and a store."""
 
 
-def torch_cat_launch(machine: Machine, num_elements: int, num_inputs: int = 2) -> tuple[int, int, float]:
+def torch_cat_launch(machine: Machine, num_elements: int, load_bytes_per_element: float, num_inputs: int = 2
+                     ) -> tuple[int, int, float]:
     """(CTAs, threads per CTA, bytes in flight per thread) of PyTorch's ``CatArrayBatchedCopy`` joining
     ``num_inputs`` equal strided inputs of ``num_elements`` in all: up to
-    :data:`TORCH_CAT_CTAS_PER_UNIT` x SMs CTAs of 512 threads per input, each thread one element in
-    flight (the bytes in flight are set per element's dtype by the caller)."""
+    :data:`TORCH_CAT_CTAS_PER_UNIT` x SMs CTAs of 512 threads per input, each thread with one
+    element's load (``load_bytes_per_element``) in flight."""
     per_input = math.ceil(num_elements / max(1, num_inputs))
     ctas = min(TORCH_CAT_CTAS_PER_UNIT * machine.num_units, math.ceil(per_input / TORCH_CAT_THREADS))
-    return max(1, ctas) * max(1, num_inputs), TORCH_CAT_THREADS, 0.0
+    return max(1, ctas) * max(1, num_inputs), TORCH_CAT_THREADS, float(load_bytes_per_element)
 
 
 def row_launch(machine: Machine, rows: int, cols: int, dtype: str) -> tuple[int, int, float]:

@@ -132,6 +132,11 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
     _f("geglu_backward", 3, 2, 18),
     _f("dropout_backward", 1, 1, 1, extra_read_bytes_per_element=MASK_BYTES),
     _f("rotary_backward", 1, 1, 3),
+    # rotate_half's gradients as one kernel each (the eager lowering runs autograd's steps instead,
+    # EAGER_BACKWARD_COMPOSITIONS): the half negated into a zeroed whole; the other half's gradient
+    # written into a zeroed whole and added to x's
+    _f("slice_neg_backward", 1, 2, 1),
+    _f("cat_backward", 2, 1, 1),
 )}
 """Known element-wise functions. A fused chain is written ``"bias_add+gelu"``."""
 
