@@ -137,3 +137,33 @@ def test_a_block_file_with_a_missing_number_names_the_file_and_column(tmp_path):
         csv.writer(handle).writerows([header.split(","), fields])
     with pytest.raises(GpusimError, match=r"block\.csv: .*: measured_s: not a number"):
         resimulated_rows(broken)
+
+
+def test_a_block_lists_its_profiled_kernels_beside_gpusims(capsys):
+    """``--suite measured --block CASE``: the profile's kernels of class other and gpusim's, per phase;
+    each side sums to the block table's row for that phase and class."""
+    from gpusim.cli import main
+    from gpusim.cuda_backend.block import block_kernel_listing, resimulated_rows, short_kernel_name
+
+    case = "torch_llama_block_h4096_kv8_f14336_s4096_b1"
+    listing = block_kernel_listing(FOLDER / "block.csv", case)
+    table = {(r["phase"], r["kernel_class"]): r for r in resimulated_rows(FOLDER / "block.csv")
+             if r["case_id"] == f"h200_sxm_141gb_{case}"}
+    assert [phase for phase, _, _ in listing] == ["forward", "backward"]
+    for phase, measured, simulated in listing:
+        # block.csv holds its sums to 6 significant digits
+        assert sum(t for _, t in measured) == pytest.approx(table[(phase, "other")]["measured_s"], rel=1e-5)
+        assert sum(t for _, t in simulated) == pytest.approx(table[(phase, "other")]["simulated_s"], rel=1e-9)
+    forward = dict(zip(("phase", "measured", "simulated"), listing[0]))
+    assert [n for n, _ in forward["measured"]].count("CatArrayBatchedCopy") == 2  # q's and k's
+    assert "rotary_2_cat" in [n for n, _ in forward["simulated"]]
+    assert short_kernel_name(
+        "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::neg_kernel_cuda("
+        "at::TensorIteratorBase&)::{lambda()#2}::operator()() const::{lambda(c10::BFloat16)#1}>(at::TensorIteratorBase&,"
+        " ...)") == "elementwise_kernel<128, 4> neg_kernel_cuda BFloat16"
+    assert main(["accuracy", "--suite", "measured", "--block", case]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{case} (h200_sxm_141gb/block.csv)") and "rotary_2_cat" in out
+    assert main(["accuracy", "--suite", "measured", "--block", "no_such_block"]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no_such_block" in err and "block.csv" in err

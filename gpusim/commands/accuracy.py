@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worst", type=non_negative_int, default=10, metavar="N", help="how many worst cases to print (default 10)")
     p.add_argument("--json", metavar="PATH", help="write per-case results and summaries as JSON (- for stdout)")
     p.add_argument("--plot", metavar="PATH", help="save a measured-vs-simulated scatter (.png, .svg or .pdf)")
+    p.add_argument("--block", metavar="CASE",
+                   help="with --suite measured: one block of a block.csv (its case id, with or without the GPU "
+                        "prefix), its profiled kernels of class other beside gpusim's, kernel by kernel")
     p.add_argument("--suite", choices=("kernels", "communication", "training", "all", "heldout", "measured"),
                    default="all",
                    help="which measurements: single-GPU kernels, collectives (communication.csv), multi-GPU "
@@ -150,8 +153,10 @@ def cmd_accuracy(args: argparse.Namespace) -> int:
     suite = "kernels" if args.measurements else asked
     if suite == "heldout":
         return _heldout_suite(args)
+    if getattr(args, "block", None) and suite != "measured":
+        raise GpusimError("accuracy: --block lists a block of --suite measured")
     if suite == "measured":
-        return _measured_suite(args)
+        return _block_kernels(args.block) if getattr(args, "block", None) else _measured_suite(args)
     if suite in ("communication", "training"):
         if args.cross_validate:
             raise GpusimError(f"accuracy: --cross-validate refits the kernel calibration; --suite {suite} has none")
@@ -245,6 +250,37 @@ def _measured_suite(args: argparse.Namespace) -> int:
             case = r["case_id"].removeprefix(f"{r['gpu']}_")
             print(f"{(r['gpu'] + ' ' + case)[:66]:<66} {r['phase']:<9} {r['kernel_class']:<10} "
                   f"{r['measured_s']:10.4g} {r['simulated_s']:10.4g} {error:>8}")
+    return 0
+
+
+def _block_kernels(case: str) -> int:
+    """``--suite measured --block CASE``: the block's profiled kernels of class ``other`` beside the
+    ones gpusim simulates for it, per phase, in launch order (:func:`gpusim.cuda_backend.block.block_kernel_listing`)."""
+    from itertools import zip_longest
+
+    from gpusim.cuda_backend.block import block_kernel_listing
+    from gpusim.measurements import own_measurement_files
+
+    errors = []
+    for path in own_measurement_files(("block.csv",)):
+        try:
+            listing = block_kernel_listing(path, case)
+        except GpusimError as exc:
+            errors.append(str(exc))
+            continue
+        break
+    else:
+        raise GpusimError(f"accuracy: --block {case}: " + ("; ".join(errors) or "no block.csv among the own measurements"))
+    print(f"{case} ({path.parent.name}/{path.name}), kernels of class other, time in us:")
+    for phase, measured, simulated in listing:
+        total_m, total_s = sum(t for _, t in measured) * 1e6, sum(t for _, t in simulated) * 1e6
+        print(f"\n{phase}: measured {len(measured)} kernels, {total_m:.1f} us; gpusim {len(simulated)} kernels, "
+              f"{total_s:.1f} us ({(total_s - total_m) / total_m:+.1%})")
+        print(f"  {'measured (profile)':<58} {'us':>7}   {'gpusim (node)':<40} {'us':>7}")
+        for m, g in zip_longest(measured, simulated):
+            left = f"{m[0][:58]:<58} {m[1] * 1e6:7.1f}" if m else " " * 66
+            right = f"{g[0][:40]:<40} {g[1] * 1e6:7.1f}" if g else ""
+            print(f"  {left}   {right}".rstrip())
     return 0
 
 

@@ -120,23 +120,30 @@ def gpusim_attention_kernel(kernels) -> str:
     return "fused"
 
 
-def simulated_block(probe: BlockProbe, hardware_name: str, attention_kernel: str
-                    ) -> dict[tuple[str, str], tuple[float, int]]:
-    """{(phase, class): (seconds, kernels)} of the block's forward and backward as gpusim simulates them on
-    ``hardware_name`` (one GPU, eager launches)."""
+def simulated_kernels(probe: BlockProbe, hardware_name: str, attention_kernel: str
+                      ) -> list[tuple[str, str, str, float, int]]:
+    """(phase, class, node, seconds, launches) of every kernel of the block's forward and backward as
+    gpusim simulates them on ``hardware_name`` (one GPU, eager launches), in launch order; the seconds
+    hold each launch's gap."""
     from gpusim.config import load_hardware
     from gpusim.engine.simulate import simulate
     from gpusim.workload import load_workload
 
     result = simulate(load_hardware(hardware_name), load_workload("llama2_7b_train",
                                                                   probe.workload_items(attention_kernel)))
+    return [(k.phase, "gemm" if k.op == "matmul" else "attention" if k.op == "attention" else "other",
+             k.node.removeprefix("layer0."), (k.time_s + k.launch_gap_s) * k.repeat, k.repeat)
+            for k in result.kernels if k.node.startswith("layer0.") and k.phase in ("forward", "backward")]
+
+
+def simulated_block(probe: BlockProbe, hardware_name: str, attention_kernel: str
+                    ) -> dict[tuple[str, str], tuple[float, int]]:
+    """{(phase, class): (seconds, kernels)} of the block's forward and backward as gpusim simulates them on
+    ``hardware_name`` (one GPU, eager launches)."""
     out: dict[tuple[str, str], tuple[float, int]] = {}
-    for k in result.kernels:
-        if not k.node.startswith("layer0.") or k.phase not in ("forward", "backward"):
-            continue
-        cls = "gemm" if k.op == "matmul" else "attention" if k.op == "attention" else "other"
-        seconds, count = out.get((k.phase, cls), (0.0, 0))
-        out[(k.phase, cls)] = (seconds + k.time_s + k.launch_gap_s, count + k.repeat)
+    for phase, cls, _, seconds, launches in simulated_kernels(probe, hardware_name, attention_kernel):
+        total, count = out.get((phase, cls), (0.0, 0))
+        out[(phase, cls)] = (total + seconds, count + launches)
     return out
 
 
@@ -211,6 +218,56 @@ def resimulated_rows(path: Path) -> list[dict[str, Any]]:
             out.append({"case_id": key[0], "gpu": key[1], "phase": r["phase"], "kernel_class": r["kernel_class"],
                         "measured_s": measured, "simulated_s": sim,
                         "error_fraction": (sim - measured) / measured if measured > 0 else None})
+    return out
+
+
+def short_kernel_name(name: str) -> str:
+    """A profiled kernel's name cut to what tells kernels apart: the kernel, its numeric template
+    arguments (the launch shape), the functor or op it runs and the first scalar type named, e.g.
+    ``elementwise_kernel<128, 4> neg_kernel_cuda BFloat16``."""
+    name = re.sub(r"^void |at::native::|\(anonymous namespace\)::|c10::|std::|binary_internal::", "", name).strip()
+    kernel = re.split(r"[<(]", name, maxsplit=1)[0].strip()
+    rest = name[len(kernel):]
+    numbers = re.match(r"<((?:\s*\d+u?\s*,)*\s*\d+u?)\s*[,>]", rest)
+    shape = f"<{numbers.group(1).strip()}>" if numbers else ""
+    functor = next((m for pattern in (r"\b(\w+_kernel_cuda)", r"\b(\w*Functor_\w+)",
+                                      r"\b((?!Binary|AUnary|BUnary)\w+Functor)\b", r"\b(\w*Functor\w*)",
+                                      r"\b(\w+Ops|\w+_functor)",
+                                      r"\b((?!gpu_kernel_impl)\w+_kernel_impl)",
+                                      r"\b((?!gpu_kernel|elementwise_kernel|vectorized_elementwise_kernel)\w+_kernel)\b",
+                                      r"\b(launch_\w+)")
+                    if (m := re.search(pattern, rest))), None)
+    scalar = re.search(r"\b(BFloat16|Half|float|double|Float8_\w+)\b", rest)
+    return " ".join(x for x in (kernel + shape, functor.group(1) if functor else "", scalar.group(1) if scalar else "")
+                    if x)
+
+
+def block_kernel_listing(path: Path, case: str) -> list[tuple[str, list[tuple[str, float]], list[tuple[str, float]]]]:
+    """For the block ``case`` (its case id, with or without the GPU prefix) of a ``block.csv``: per phase,
+    the measured kernels of class ``other`` from the ``block_kernels.csv`` beside it, (short name,
+    seconds) in launch order, and gpusim's, (node, seconds), simulated with the model as it is now:
+    where a class total of the block table parts ways, kernel by kernel."""
+    kernels_path = path.with_name("block_kernels.csv")
+    with path.open(newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    matches = sorted({(r["case_id"], r["gpu"]) for r in rows if r["case_id"] in (case, f"{r['gpu']}_{case}")})
+    if not matches:
+        raise GpusimError(f"{path}: no block {case!r} (case ids: "
+                          f"{', '.join(sorted({r['case_id'] for r in rows}))})")
+    case_id, gpu = matches[0]
+    probe = next((p for p in BLOCK_PROBES if p.case_id(gpu) == case_id), None)
+    if probe is None:
+        raise GpusimError(f"{path}: {case_id}: not one of the blocks the suite runs")
+    named = re.search(r"gpusim attention kernel (\w+)", next(r for r in rows if r["case_id"] == case_id).get("notes") or "")
+    simulated = simulated_kernels(probe, gpu, named.group(1) if named else "fused_async")
+    with kernels_path.open(newline="", encoding="utf-8") as fh:
+        profiled = [r for r in csv.DictReader(fh) if r["case_id"] == case_id]
+    out = []
+    for phase in ("forward", "backward"):
+        measured = [(short_kernel_name(r["kernel"]), float(r["device_s"])) for r in profiled
+                    if r["phase"] == phase and r["kernel_class"] == "other"]
+        sim = [(node, seconds) for p, cls, node, seconds, _ in simulated if p == phase and cls == "other"]
+        out.append((phase, measured, sim))
     return out
 
 
