@@ -107,7 +107,9 @@ ELEMENTWISE_FUNCTIONS: dict[str, ElementwiseFunction] = {f.name: f for f in (
     _f("neg", 1, 1, 1, backward="neg"),
     _f("slice_neg", 1, 1, 1, backward="slice_neg_backward"),
     _f("cat", 1, 1, 0, backward="cat_backward"),
-    _f("expand", 0, 1, 0),  # a broadcast operand written out at full size (a mean's gradient)
+    # a broadcast operand written out at full size (a mean's gradient; eager grouped-query K and V
+    # repeated over the query heads)
+    _f("expand", 0, 1, 0),
     _f("copy", 1, 1, 0),
     _f("shift", 1, 1, 1),  # x + constant: its gradient passes through unchanged
     _f("cube", 1, 1, 2, backward="cube_backward", saves="input"),
