@@ -167,3 +167,21 @@ def test_a_block_lists_its_profiled_kernels_beside_gpusims(capsys):
     assert main(["accuracy", "--suite", "measured", "--block", "no_such_block"]) != 0
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no_such_block" in err and "block.csv" in err
+
+
+def test_a_block_listing_without_its_kernel_file_or_with_a_bad_time_names_the_file(tmp_path):
+    from gpusim.cuda_backend.block import block_kernel_listing
+    from gpusim.errors import GpusimError
+
+    case = "torch_llama_block_h2048_kv16_f5632_s2048_b8"
+    (tmp_path / "block.csv").write_text((FOLDER / "block.csv").read_text())
+    with pytest.raises(GpusimError, match=r"block_kernels\.csv: missing"):
+        block_kernel_listing(tmp_path / "block.csv", case)
+    with (FOLDER / "block_kernels.csv").open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    bad = next(r for r in rows[1:] if r[0].endswith(case) and r[3] == "other")
+    bad[rows[0].index("device_s")] = "n/a"
+    with (tmp_path / "block_kernels.csv").open("w", newline="") as handle:
+        csv.writer(handle).writerows(rows)
+    with pytest.raises(GpusimError, match=r"block_kernels\.csv: .*: device_s: not a number"):
+        block_kernel_listing(tmp_path / "block.csv", case)

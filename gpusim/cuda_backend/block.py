@@ -193,6 +193,17 @@ def simulated_seconds(simulated: dict[tuple[str, str], tuple[float, int]], phase
     return sum(seconds for (p, _), (seconds, _) in simulated.items() if phase == "step" or p == phase)
 
 
+def _probe(case_id: str, gpu: str) -> BlockProbe | None:
+    """The suite's probe a ``block.csv`` case id names on ``gpu`` (None for blocks it no longer runs)."""
+    return next((p for p in BLOCK_PROBES if p.case_id(gpu) == case_id), None)
+
+
+def _attention_kernel_named(row: dict[str, str]) -> str:
+    """The gpusim attention kernel a ``block.csv`` row's notes name (``fused_async`` where they name none)."""
+    named = re.search(r"gpusim attention kernel (\w+)", row.get("notes") or "")
+    return named.group(1) if named else "fused_async"
+
+
 def resimulated_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a ``block.csv`` beside gpusim's simulation of each block run again with the model
     as it is now (the file's ``simulated_s`` is the model's when the block was measured): case_id,
@@ -203,12 +214,11 @@ def resimulated_rows(path: Path) -> list[dict[str, Any]]:
         rows = list(csv.DictReader(fh))
     out: list[dict[str, Any]] = []
     for key in dict.fromkeys((r.get("case_id", ""), r.get("gpu", "")) for r in rows):
-        probe = next((p for p in BLOCK_PROBES if p.case_id(key[1]) == key[0]), None)
+        probe = _probe(*key)
         group = [r for r in rows if (r["case_id"], r["gpu"]) == key and r.get("kernel_class") != "gemm_isolated"]
         if probe is None or not group:
             continue
-        named = re.search(r"gpusim attention kernel (\w+)", group[0].get("notes") or "")
-        simulated = simulated_block(probe, key[1], named.group(1) if named else "fused_async")
+        simulated = simulated_block(probe, key[1], _attention_kernel_named(group[0]))
         for r in group:
             try:
                 measured = float(r["measured_s"])
@@ -255,16 +265,24 @@ def block_kernel_listing(path: Path, case: str) -> list[tuple[str, list[tuple[st
         raise GpusimError(f"{path}: no block {case!r} (case ids: "
                           f"{', '.join(sorted({r['case_id'] for r in rows}))})")
     case_id, gpu = matches[0]
-    probe = next((p for p in BLOCK_PROBES if p.case_id(gpu) == case_id), None)
+    probe = _probe(case_id, gpu)
     if probe is None:
         raise GpusimError(f"{path}: {case_id}: not one of the blocks the suite runs")
-    named = re.search(r"gpusim attention kernel (\w+)", next(r for r in rows if r["case_id"] == case_id).get("notes") or "")
-    simulated = simulated_kernels(probe, gpu, named.group(1) if named else "fused_async")
+    if not kernels_path.is_file():
+        raise GpusimError(f"{kernels_path}: missing (the block suite writes it beside {path.name})")
+    simulated = simulated_kernels(probe, gpu, _attention_kernel_named(next(r for r in rows if r["case_id"] == case_id)))
     with kernels_path.open(newline="", encoding="utf-8") as fh:
         profiled = [r for r in csv.DictReader(fh) if r["case_id"] == case_id]
+
+    def seconds(r: dict[str, str]) -> float:
+        try:
+            return float(r["device_s"])
+        except (TypeError, ValueError):
+            raise GpusimError(f"{kernels_path}: {case_id}: device_s: not a number ({r['device_s']!r})") from None
+
     out = []
     for phase in ("forward", "backward"):
-        measured = [(short_kernel_name(r["kernel"]), float(r["device_s"])) for r in profiled
+        measured = [(short_kernel_name(r["kernel"]), seconds(r)) for r in profiled
                     if r["phase"] == phase and r["kernel_class"] == "other"]
         sim = [(node, seconds) for p, cls, node, seconds, _ in simulated if p == phase and cls == "other"]
         out.append((phase, measured, sim))
