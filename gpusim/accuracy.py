@@ -466,10 +466,14 @@ def load_plan_rows(kernels_csv) -> dict[str, dict[str, str]]:
         return {row["case_id"]: row for row in csv.DictReader(fh)}
 
 
-def own_kernel_plan(case, row: dict[str, str], machine: Machine):
+def own_kernel_plan(case, row: dict[str, str], machine: Machine, code: dict[str, str] | None = None):
     """Rebuild the plan a measured own kernel ran with (gpusim's CUDA backend follows its plans), or
-    raise ValueError if the rebuilt plan's grid or CTA size differs from the recorded one."""
+    raise ValueError if the rebuilt plan's grid or CTA size differs from the recorded one. With the
+    kernel's ``code`` row (``kernels_sass.csv``, from its compiled machine code) for the same plan,
+    the plan as that code runs it (:func:`gpusim.cuda_backend.code.plan_from_code_row`): what its
+    warps issue and wait on between their round trips, and its compiled registers."""
     from gpusim.cuda_backend import plans as P
+    from gpusim.cuda_backend.code import plan_from_code_row
 
     if case.op == "matmul":
         tile = Tile(int(row["block_m"]), int(row["block_n"]), int(row["block_k"]), int(row["num_stages"]),
@@ -486,13 +490,17 @@ def own_kernel_plan(case, row: dict[str, str], machine: Machine):
     if (plan.grid, plan.threads_per_cta) != (int(row["grid"]), int(row["threads_per_cta"])):
         raise ValueError(f"rebuilt plan {plan.grid}x{plan.threads_per_cta} differs from the measured "
                          f"{row['grid']}x{row['threads_per_cta']}")
+    if code is not None and code["plan_name"] == row["plan_name"]:
+        return plan_from_code_row(plan, code, machine)
     return plan
 
 
 def run_accuracy(cases: Iterable, calibrated: bool = True, include_excluded: bool = False,
-                 plan_rows: dict[str, dict[str, str]] | None = None) -> tuple[list[CaseResult], list[Skipped]]:
+                 plan_rows: dict[str, dict[str, str]] | None = None,
+                 code_rows: dict[str, dict[str, str]] | None = None) -> tuple[list[CaseResult], list[Skipped]]:
     """Simulate every case. Cases with a row in ``plan_rows`` (own kernels measured by ``gpusim
-    measure``) are simulated with exactly that plan; the others as the library would run them."""
+    measure``) are simulated with exactly that plan, as their compiled code runs it where
+    ``code_rows`` (``gpusim sass``) has the case; the others as the library would run them."""
     known = builtin_files("hwconfigs")
     machines: dict[str, tuple[Machine, object]] = {}
     results: list[CaseResult] = []
@@ -514,7 +522,7 @@ def run_accuracy(cases: Iterable, calibrated: bool = True, include_excluded: boo
         measured = case.measured_value
         try:
             if plan_rows and case.case_id in plan_rows:
-                plan = own_kernel_plan(case, plan_rows[case.case_id], machine)
+                plan = own_kernel_plan(case, plan_rows[case.case_id], machine, (code_rows or {}).get(case.case_id))
                 seconds, roof_s = simulate_kernel(plan, machine).time_s + machine.graph_kernel_launch_s, None
             else:
                 seconds, roof_s = simulate_case(case, machine, device)

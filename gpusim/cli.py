@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "gpusim.commands.calibrate",
     "gpusim.commands.verify",
     "gpusim.commands.measure",
+    "gpusim.commands.sass",
     "gpusim.commands.sweep",
     "gpusim.commands.plot",
     "gpusim.commands.compare",

@@ -58,14 +58,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _load_cases(paths: list[str], ignore_kernel_tile: bool = False):
-    """(cases, exact plans of own-kernel measurements keyed by case id); with ``ignore_kernel_tile``
-    the rows' library tiles are dropped, so gpusim picks every tile."""
+    """(cases, exact plans of own-kernel measurements keyed by case id, their compiled code's rows
+    keyed the same way); with ``ignore_kernel_tile`` the rows' library tiles are dropped, so gpusim
+    picks every tile."""
     from dataclasses import replace
 
     from gpusim.accuracy import load_plan_rows
+    from gpusim.cuda_backend.code import load_code_rows
     from gpusim.measurements import load_kernel_cases
 
-    cases, plans = [], {}
+    cases, plans, code = [], {}, {}
     for path in paths or [None]:
         loaded = load_kernel_cases(path)
         if not loaded:
@@ -73,9 +75,10 @@ def _load_cases(paths: list[str], ignore_kernel_tile: bool = False):
         cases.extend(loaded)
         if path is not None:
             plans.update(load_plan_rows(path))
+            code.update(load_code_rows(path))
     if ignore_kernel_tile:
         cases = [replace(c, kernel_tile=None) if c.kernel_tile else c for c in cases]
-    return cases, plans
+    return cases, plans, code
 
 
 def save_scatter(results, destination: str) -> None:
@@ -188,11 +191,12 @@ def _heldout_suite(args: argparse.Namespace) -> int:
         elif kind == "communication":
             results, skipped = run_communication(load_communication_cases(path), args.include_excluded)
         else:
-            cases, plans = _load_cases([str(path)], getattr(args, "ignore_kernel_tile", False))
+            cases, plans, code = _load_cases([str(path)], getattr(args, "ignore_kernel_tile", False))
             if args.gpu:
                 cases = [c for c in cases if c.gpu in args.gpu]
             results, skipped = run_accuracy(cases, calibrated=not args.uncalibrated,
-                                            include_excluded=args.include_excluded, plan_rows=plans)
+                                            include_excluded=args.include_excluded, plan_rows=plans,
+                                            code_rows=code)
         summary = summarize(results)[0] if results else None
         rows.append((path.name, kind, results, skipped, summary))
     if args.json:
@@ -223,10 +227,10 @@ def _measured_suite(args: argparse.Namespace) -> int:
                           "scores files that are not in it")
     rows = []
     for path in own_measurement_files():
-        cases, plans = _load_cases([str(path)], getattr(args, "ignore_kernel_tile", False))
+        cases, plans, code = _load_cases([str(path)], getattr(args, "ignore_kernel_tile", False))
         cases = [c for c in cases if (not args.gpu or c.gpu in args.gpu) and (not args.op or c.op in args.op)]
         results, skipped = run_accuracy(cases, calibrated=not args.uncalibrated,
-                                        include_excluded=args.include_excluded, plan_rows=plans)
+                                        include_excluded=args.include_excluded, plan_rows=plans, code_rows=code)
         for summary in summarize(results, key=lambda r: r.op):
             rows.append((f"{path.parent.name}/{path.name}", summary, len(skipped)))
     blocks = [] if args.op or args.uncalibrated else _block_rows(args.gpu)
@@ -349,7 +353,7 @@ def _print_cluster_suites(args: argparse.Namespace, out: dict) -> None:
 def _kernel_suite(args: argparse.Namespace, cluster: dict | None = None) -> int:
     """The single-GPU kernel cases; ``cluster`` (suite -> results, skipped), when given, goes into the JSON
     too (``--suite all --json``)."""
-    cases, plan_rows = _load_cases(args.measurements, getattr(args, "ignore_kernel_tile", False))
+    cases, plan_rows, code_rows = _load_cases(args.measurements, getattr(args, "ignore_kernel_tile", False))
     all_cases = cases
     for flag, values, attr in (("--gpu", args.gpu, "gpu"), ("--op", args.op, "op")):
         known = {getattr(c, attr) for c in all_cases}
@@ -361,7 +365,7 @@ def _kernel_suite(args: argparse.Namespace, cluster: dict | None = None) -> int:
     if args.op:
         cases = [c for c in cases if c.op in args.op]
     results, skipped = run_accuracy(cases, calibrated=not args.uncalibrated, include_excluded=args.include_excluded,
-                                    plan_rows=plan_rows)
+                                    plan_rows=plan_rows, code_rows=code_rows)
     cross_note = ""
     if args.cross_validate:
         if args.uncalibrated:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import simpy
@@ -134,9 +134,23 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
     return compute_s, in_flight, limiter
 
 
+class TripIssue(NamedTuple):
+    """What one warp of a CTA does between two of its round trips besides waiting for them."""
+
+    issue_s: float
+    """Seconds it issues (one warp instruction per cycle at its scheduler)."""
+    warps_per_scheduler: int
+    """Warps that share its scheduler."""
+    stall_s: float = 0.0
+    """Seconds it waits on its own instructions' results, issuing nothing, while the others may."""
+
+
+NO_TRIP_ISSUE = TripIssue(0.0, 1)
+
+
 def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, count=1, llc_bytes=0.0,
                       store_bytes: float = 0.0, turnaround_s: float = 0.0, capacity_per_dram_byte=1.0,
-                      trip_issue: tuple[float, int] = (0.0, 1)):
+                      trip_issue: TripIssue = NO_TRIP_ISSUE, delayed_hits: bool = False):
     """Little's law: a CTA with ``in_flight`` outstanding load bytes makes one round trip per
     ``in_flight`` bytes it loads, each taking the average latency of where its requests are served
     (L2, the memory-side cache's ``llc_bytes``, DRAM), and lives ``turnaround_s`` besides (a
@@ -151,23 +165,28 @@ def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, 
     R = N D / T(R) DRAM bytes per second (D DRAM bytes per CTA, T = turnaround + trips x L(R)), a
     quadratic in R solved in closed form; a wave that saturates DRAM sees its latency at rho = 1.
 
-    ``trip_issue`` is (seconds one warp issues between its trips, warps per scheduler) of a kernel
-    whose warps issue between their own round trips while the others wait
-    (:attr:`KernelPlan.warp_instructions_per_trip`): each trip then lasts its latency plus the warp's
-    residence at its scheduler (:func:`scheduler_residence_s`), which depends on that latency, so
-    the closed form is solved again with the residence at the loaded latency."""
+    ``trip_issue`` (:class:`TripIssue`) describes a kernel whose warps issue between their own round
+    trips while the others wait (:attr:`KernelPlan.warp_instructions_per_trip`): each trip then lasts
+    its latency, the warp's stalls on its own results (:attr:`KernelPlan.warp_stall_cycles_per_trip`)
+    and its residence at its scheduler (:func:`scheduler_residence_s`), which depends on the first
+    two, so the closed form is solved again with the residence at the loaded latency.
+
+    With ``delayed_hits`` (:attr:`KernelPlan.delayed_hits`) every load waits the latency of a miss:
+    the L2 hits are requests for lines whose miss another CTA started moments before."""
     with np.errstate(divide="ignore", invalid="ignore"):
         hit = np.clip(1.0 - (dram_bytes + llc_bytes) / l2_bytes, 0.0, 1.0) if l2_bytes > 0 \
             else np.zeros_like(dram_bytes)
         llc = np.clip(llc_bytes / l2_bytes, 0.0, 1.0 - hit) if l2_bytes > 0 else np.zeros_like(dram_bytes)
         llc_latency = llc * (machine.llc_latency_s or 0.0)
         miss = 1.0 - hit - llc
+        if delayed_hits:
+            hit, miss = np.zeros_like(hit), miss + hit
         latency = hit * machine.l2_latency_s + llc_latency + miss * machine.dram_latency_s
         traffic = np.maximum(l2_bytes, dram_bytes)
         loads = np.maximum(traffic - store_bytes, 0.0)
         trips = np.where(in_flight > 0, loads / in_flight, 0.0)
-        issue_s, warps_per_scheduler = trip_issue
-        residence = scheduler_residence_s(issue_s, warps_per_scheduler, latency)
+        issue_s, warps_per_scheduler, stall_s = trip_issue
+        residence = scheduler_residence_s(issue_s, warps_per_scheduler, latency + stall_s)
         if machine.calibration.dram_loaded_latency_slope > 0:
             bandwidth = machine.dram_achievable_bytes_per_s / capacity_per_dram_byte
             # T = turnaround + trips (c + w + d R), c the idle average latency, w the residence at the
@@ -175,14 +194,14 @@ def _latency_cap_rate(in_flight, l2_bytes: float, dram_bytes, machine: Machine, 
             d = miss * (machine.loaded_dram_latency_s(1.0) - machine.dram_latency_s) / bandwidth
             idle = latency
             for _ in range(2 if issue_s > 0 else 1):
-                a, b = trips * d, turnaround_s + trips * (idle + residence)
+                a, b = trips * d, turnaround_s + trips * (idle + stall_s + residence)
                 demand = count * dram_bytes
                 root = np.where(a > 0, (np.sqrt(b ** 2 + 4.0 * a * demand) - b) / (2.0 * a),
                                 np.where(b > 0, demand / b, np.inf))
                 utilization = np.minimum(root, bandwidth) / bandwidth
                 latency = hit * machine.l2_latency_s + llc_latency + miss * machine.loaded_dram_latency_s(utilization)
-                residence = scheduler_residence_s(issue_s, warps_per_scheduler, latency)
-        lifetime = turnaround_s + trips * (latency + residence)
+                residence = scheduler_residence_s(issue_s, warps_per_scheduler, latency + stall_s)
+        lifetime = turnaround_s + trips * (latency + stall_s + residence)
         return np.where((traffic > 0) & (lifetime > 0), 1.0 / lifetime, np.inf)
 
 
@@ -203,16 +222,17 @@ def scheduler_residence_s(issue_s: float, warps_per_scheduler: int, delay_s):
     return residence
 
 
-def trip_issue(plan: KernelPlan, machine: Machine, count: int) -> tuple[float, int]:
-    """(seconds one warp issues between two of its round trips, warps per scheduler) of a plan with
-    :attr:`KernelPlan.warp_instructions_per_trip` when ``count`` CTAs run; (0, 1) for the others.
-    A scheduler issues one warp instruction per cycle."""
-    if plan.warp_instructions_per_trip <= 0:
-        return 0.0, 1
+def trip_issue(plan: KernelPlan, machine: Machine, count: int) -> TripIssue:
+    """What one warp issues and stalls between two of its round trips (:attr:`KernelPlan.
+    warp_instructions_per_trip`, :attr:`KernelPlan.warp_stall_cycles_per_trip`) when ``count`` CTAs
+    run, and the warps per scheduler; nothing for the other plans."""
+    if plan.warp_instructions_per_trip <= 0 and plan.warp_stall_cycles_per_trip <= 0:
+        return NO_TRIP_ISSUE
     per_busiest_unit = _ctas_on_busiest_unit(plan, machine, count)
     warps_on_unit = per_busiest_unit * math.ceil(plan.threads_per_cta / machine.warp_size)
-    return (plan.warp_instructions_per_trip / machine.unit_clock_hz,
-            math.ceil(warps_on_unit / machine.num_schedulers_per_unit))
+    return TripIssue(plan.warp_instructions_per_trip / machine.unit_clock_hz,
+                     math.ceil(warps_on_unit / machine.num_schedulers_per_unit),
+                     plan.warp_stall_cycles_per_trip / machine.unit_clock_hz)
 
 
 def dram_capacity_per_byte(plan: KernelPlan, machine: Machine, dram_bytes_per_cta):
@@ -270,7 +290,7 @@ def cta_profile(plan: KernelPlan, machine: Machine, count: int, dram_bytes_per_c
     latency_cap = float(_latency_cap_rate(in_flight, plan.l2_bytes_per_cta, dram_bytes_per_cta, machine, count,
                                           llc_bytes_per_cta, plan.store_bytes_per_cta,
                                           cta_serial_s(plan, machine, count),
-                                          cost, trip_issue(plan, machine, count)))
+                                          cost, trip_issue(plan, machine, count), plan.delayed_hits))
     return CtaProfile(count=count, compute_s=compute_s, l2_bytes=plan.l2_bytes_per_cta,
                       dram_bytes=dram_bytes_per_cta, latency_cap_rate=latency_cap, compute_limiter=limiter,
                       llc_bytes=llc_bytes_per_cta, dram_capacity_bytes=dram_bytes_per_cta * cost)
@@ -411,16 +431,16 @@ def estimate_kernel_s(plan: KernelPlan, machine: Machine) -> float:
     cost = dram_capacity_per_byte(plan, machine, dram)
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(compute > 0, 1.0 / compute, np.inf)
-        if plan.warp_instructions_per_trip > 0:  # the scheduler's share depends on the CTAs per SM
+        if trip_issue(plan, machine, slots) != NO_TRIP_ISSUE:  # the scheduler's share depends on the CTAs per SM
             cap = np.empty(len(waves))
             for count in np.unique(counts):
                 at = counts == count
                 cap[at] = _latency_cap_rate(in_flight[at], l2, dram[at], machine, counts[at], llc[at],
                                             plan.store_bytes_per_cta, lifetime[at], cost[at],
-                                            trip_issue(plan, machine, int(count)))
+                                            trip_issue(plan, machine, int(count)), plan.delayed_hits)
         else:
             cap = _latency_cap_rate(in_flight, l2, dram, machine, counts, llc, plan.store_bytes_per_cta, lifetime,
-                                    cost)
+                                    cost, delayed_hits=plan.delayed_hits)
         rate = np.minimum(rate, cap)
         rate = np.minimum(rate, np.where(dram > 0, machine.dram_achievable_bytes_per_s / (counts * dram * cost), np.inf))
         if plan.wave_llc_bytes:

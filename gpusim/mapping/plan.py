@@ -160,6 +160,16 @@ class KernelPlan:
     :func:`gpusim.mapping.streaming.torch_scalar_elementwise_launch`). The SM's warps queue for its
     schedulers (:func:`gpusim.engine.kernel.scheduler_residence_s`); 0: the issue hides behind the
     round trips."""
+    warp_stall_cycles_per_trip: float = 0.0
+    """Cycles each warp of a CTA waits between two of its round trips on its own instructions'
+    results (dependent integer and FP32 arithmetic, shared-memory loads), issuing nothing while the
+    other warps of its SM may: with :attr:`warp_instructions_per_trip`, what the compiled code of
+    gpusim's own kernels does between its loads (:mod:`gpusim.cuda_backend.sass`); 0: not modelled."""
+    delayed_hits: bool = False
+    """Every load waits the latency of a DRAM miss, its L2 hits included: the CTAs that share an
+    operand tile run the same loop from the same start without software pipelining, so they request
+    each line within one DRAM latency of each other and all but the first wait for the first one's
+    miss (a delayed hit). gpusim's own tiled kernels (:mod:`gpusim.cuda_backend.sass`)."""
     block_reductions_per_cta: int = 0
     """Block-wide reductions a streaming CTA performs between its loads, each a chain of dependent
     warp shuffles and shared-memory exchanges behind barriers that every warp of the CTA waits for
