@@ -131,7 +131,7 @@ def _registers(operand: str) -> tuple[str, ...]:
 def _split_operands(text: str) -> tuple[str, ...]:
     out, depth, current = [], 0, ""
     for ch in text:
-        depth += ch in "[(" 
+        depth += ch in "[("
         depth -= ch in "])"
         if ch == "," and depth == 0:
             out.append(current.strip())
