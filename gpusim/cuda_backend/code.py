@@ -28,8 +28,8 @@ import math
 from dataclasses import replace
 
 from gpusim.cuda_backend.sass import NOTHING, WarpPath, count, innermost_loops, loops, walk
+from gpusim.cuda_backend.plans import with_resources
 from gpusim.engine.machine import Machine
-from gpusim.mapping.occupancy import ctas_per_unit
 from gpusim.mapping.plan import KernelPlan
 
 
@@ -119,16 +119,9 @@ def compiled_plan(plan: KernelPlan, path: WarpPath, registers_per_thread: int, m
     exactly those trips, and the occupancy the compiler's registers allow."""
     if path.round_trips <= 0:
         raise ValueError(f"{plan.name}: its compiled code makes no round trip to memory")
-    per_unit, limiter = ctas_per_unit(machine, plan.threads_per_cta, registers_per_thread, plan.shared_bytes_per_cta)
-    if per_unit < 1:
-        raise ValueError(f"{plan.name}: {plan.threads_per_cta} threads of {registers_per_thread} registers do not fit "
-                         f"on one SM ({limiter}); the kernel cannot launch")
-    slots = per_unit * machine.num_units
-    per_cta_dram = plan.dram_bytes / plan.grid
-    waves = tuple(min(slots, plan.grid - i * slots) * per_cta_dram for i in range(math.ceil(plan.grid / slots)))
+    resized = with_resources(plan, machine, registers_per_thread, plan.shared_bytes_per_cta)
     loads = max(plan.l2_bytes_per_cta - plan.store_bytes_per_cta, 0.0)
-    return replace(plan, registers_per_thread=registers_per_thread, ctas_per_unit=per_unit, occupancy_limiter=limiter,
-                   wave_dram_bytes=waves, bytes_in_flight_per_cta=loads / path.round_trips,
+    return replace(resized, bytes_in_flight_per_cta=loads / path.round_trips,
                    warp_instructions_per_trip=path.instructions / path.round_trips,
                    warp_stall_cycles_per_trip=path.stall_cycles / path.round_trips, delayed_hits=delayed_hits)
 

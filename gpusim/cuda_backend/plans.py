@@ -67,17 +67,25 @@ def _on_cuda_cores(plan: KernelPlan) -> KernelPlan:
     return replace(plan, pipe="vector", dtype="fp32", name=plan.name + "[cuda_cores]")
 
 
+def with_resources(plan: KernelPlan, machine: Machine, registers_per_thread: int, shared_bytes: int) -> KernelPlan:
+    """``plan`` with CTAs that hold these registers per thread and shared bytes: occupancy and waves
+    recomputed (each CTA keeps its share of the DRAM bytes). ValueError if no CTA fits on an SM."""
+    per_unit, limiter = ctas_per_unit(machine, plan.threads_per_cta, registers_per_thread, shared_bytes)
+    if per_unit < 1:
+        raise ValueError(f"{plan.name}: {plan.threads_per_cta} threads of {registers_per_thread} registers and "
+                         f"{shared_bytes} shared bytes do not fit on one SM ({limiter}); the kernel cannot launch")
+    slots = per_unit * machine.num_units
+    per_cta_dram = plan.dram_bytes / plan.grid
+    waves = tuple(min(slots, plan.grid - i * slots) * per_cta_dram for i in range(math.ceil(plan.grid / slots)))
+    return replace(plan, registers_per_thread=registers_per_thread, shared_bytes_per_cta=int(shared_bytes),
+                   ctas_per_unit=per_unit, occupancy_limiter=limiter, wave_dram_bytes=waves)
+
+
 def _with_shared(plan: KernelPlan, machine: Machine, shared_bytes: int) -> KernelPlan:
     """A streaming plan whose CTAs hold ``shared_bytes``: occupancy and waves recomputed."""
     if shared_bytes == plan.shared_bytes_per_cta:
         return plan
-    per_unit, limiter = ctas_per_unit(machine, plan.threads_per_cta, plan.registers_per_thread, shared_bytes)
-    per_unit = max(1, per_unit)
-    slots = per_unit * machine.num_units
-    per_cta_dram = plan.dram_bytes / plan.grid
-    waves = tuple(min(slots, plan.grid - i * slots) * per_cta_dram for i in range(math.ceil(plan.grid / slots)))
-    return replace(plan, shared_bytes_per_cta=int(shared_bytes), ctas_per_unit=per_unit,
-                   occupancy_limiter=limiter, wave_dram_bytes=waves)
+    return with_resources(plan, machine, plan.registers_per_thread, shared_bytes)
 
 
 # ------------------------------------------------------------------------------------------- GEMM
