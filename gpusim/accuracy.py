@@ -452,18 +452,29 @@ def _moved_bytes(case) -> float:
     return 2.0 * case.rows * case.cols * eb
 
 
-def load_plan_rows(kernels_csv) -> dict[str, dict[str, str]]:
-    """The exact plans written by ``gpusim measure`` beside its kernels CSV (``<stem>_plans.csv``),
-    keyed by case id; empty when there is none (published measurements)."""
+def _companion_rows(kernels_csv, part: str) -> dict[str, dict[str, str]]:
+    """The rows of ``<stem>_<part>.csv`` beside a kernels CSV, keyed by case id; empty when there is none."""
     import csv
     from pathlib import Path
 
     path = Path(kernels_csv)
-    plans = path.with_name(f"{path.stem}_plans.csv")
-    if not plans.is_file():
+    companion = path.with_name(f"{path.stem}_{part}.csv")
+    if not companion.is_file():
         return {}
-    with plans.open(newline="", encoding="utf-8") as fh:
+    with companion.open(newline="", encoding="utf-8") as fh:
         return {row["case_id"]: row for row in csv.DictReader(fh)}
+
+
+def load_plan_rows(kernels_csv) -> dict[str, dict[str, str]]:
+    """The exact plans written by ``gpusim measure`` beside its kernels CSV (``<stem>_plans.csv``),
+    keyed by case id; empty when there is none (published measurements)."""
+    return _companion_rows(kernels_csv, "plans")
+
+
+def load_code_rows(kernels_csv) -> dict[str, dict[str, str]]:
+    """What ``gpusim sass`` counted in each own kernel's compiled code (``<stem>_sass.csv``, see
+    :mod:`gpusim.cuda_backend.code`), keyed by case id; empty when there is none."""
+    return _companion_rows(kernels_csv, "sass")
 
 
 def own_kernel_plan(case, row: dict[str, str], machine: Machine, code: dict[str, str] | None = None):

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpusim.accuracy import load_plan_rows, run_accuracy, summarize
-from gpusim.cuda_backend.code import load_code_rows
+from gpusim.accuracy import load_code_rows, load_plan_rows, run_accuracy, summarize
 from gpusim.measurements import load_kernel_cases
 
 FOLDER = Path(__file__).resolve().parent.parent / "measurements" / "h200_sxm_141gb"

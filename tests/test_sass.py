@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gpusim.config.library import load_hardware
-from gpusim.cuda_backend.code import compiled_plan, gemm_path, load_code_rows, load_loop_path
+from gpusim.accuracy import load_code_rows
+from gpusim.cuda_backend.code import compiled_plan, gemm_path, load_loop_path
 from gpusim.cuda_backend.sass import ALU_RESULT_CYCLES, WarpPath, count, innermost_loops, parse_sass, walk
 from gpusim.engine.kernel import TripIssue, _latency_cap_rate
 from gpusim.engine.machine import machine_of

@@ -63,8 +63,7 @@ def _load_cases(paths: list[str], ignore_kernel_tile: bool = False):
     picks every tile."""
     from dataclasses import replace
 
-    from gpusim.accuracy import load_plan_rows
-    from gpusim.cuda_backend.code import load_code_rows
+    from gpusim.accuracy import load_code_rows, load_plan_rows
     from gpusim.measurements import load_kernel_cases
 
     cases, plans, code = [], {}, {}

@@ -249,20 +249,6 @@ def own_kernel_code(case, machine: Machine, compute_capability: tuple[int, int])
             "delayed_hits": delayed_hits, "shared_latency_cycles": shared_cycles}
 
 
-def load_code_rows(kernels_csv) -> dict[str, dict[str, str]]:
-    """``<stem>_sass.csv`` beside a kernels CSV (written by ``gpusim sass``), keyed by case id; empty
-    when there is none."""
-    import csv
-    from pathlib import Path
-
-    path = Path(kernels_csv)
-    code = path.with_name(f"{path.stem}_sass.csv")
-    if not code.is_file():
-        return {}
-    with code.open(newline="", encoding="utf-8") as fh:
-        return {row["case_id"]: row for row in csv.DictReader(fh)}
-
-
 def plan_from_code_row(plan: KernelPlan, row: dict[str, str], machine: Machine) -> KernelPlan:
     """``plan`` as the compiled code of a ``kernels_sass.csv`` row runs it (:func:`compiled_plan`)."""
     path = WarpPath(float(row["warp_instructions"]),
