@@ -24,6 +24,7 @@ Compiling needs numba-cuda, the CUDA toolkit's NVVM and NVRTC libraries, ``ptxas
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -135,7 +136,8 @@ CODE_COLUMNS = ("case_id", "plan_name", "compute_capability", "registers_per_thr
 
 
 class ToolchainMissing(RuntimeError):
-    """numba-cuda or a CUDA toolkit tool that compiling to SASS needs is not installed."""
+    """numba-cuda or a CUDA toolkit tool that compiling to SASS needs is not installed, or cannot
+    compile for the target."""
 
 
 def _tool(name: str) -> str:
@@ -160,6 +162,7 @@ def toolchain_versions() -> dict[str, str]:
     return {"numba_cuda_version": numba_cuda, "ptxas_version": out.strip().splitlines()[-1]}
 
 
+@functools.lru_cache(maxsize=None)
 def compile_sass(kernel, signature: tuple, compute_capability: tuple[int, int]) -> tuple[str, int]:
     """(SASS text, registers per thread) of a ``cuda.jit`` kernel for ``signature``, compiled as a
     launch compiles it (Numba to PTX, ``ptxas`` to machine code) for a device of
@@ -176,15 +179,23 @@ def compile_sass(kernel, signature: tuple, compute_capability: tuple[int, int]) 
     import numba.cuda.dispatcher as dispatcher
 
     target = pytypes.SimpleNamespace(compute_capability=tuple(compute_capability))
-    with mock.patch.object(dispatcher, "get_current_device", lambda: target):
-        ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=tuple(compute_capability))
     arch = f"sm_{compute_capability[0]}{compute_capability[1]}"
-    with tempfile.TemporaryDirectory() as folder:
-        source, binary = Path(folder) / "kernel.ptx", Path(folder) / "kernel.cubin"
-        source.write_text(ptx)
-        report = subprocess.run([_tool("ptxas"), f"-arch={arch}", "-v", str(source), "-o", str(binary)],
-                                capture_output=True, text=True, check=True).stderr
-        text = subprocess.run([_tool("nvdisasm"), "-c", str(binary)], capture_output=True, text=True, check=True).stdout
+    try:
+        with mock.patch.object(dispatcher, "get_current_device", lambda: target):
+            ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=tuple(compute_capability))
+        with tempfile.TemporaryDirectory() as folder:
+            source, binary = Path(folder) / "kernel.ptx", Path(folder) / "kernel.cubin"
+            source.write_text(ptx)
+            report = subprocess.run([_tool("ptxas"), f"-arch={arch}", "-v", str(source), "-o", str(binary)],
+                                    capture_output=True, text=True, check=True).stderr
+            text = subprocess.run([_tool("nvdisasm"), "-c", str(binary)], capture_output=True, text=True,
+                                  check=True).stdout
+    except ToolchainMissing:
+        raise
+    except subprocess.CalledProcessError as exc:
+        raise ToolchainMissing(f"{exc.cmd[0]} failed for {arch}: {' '.join((exc.stderr or '').split())[:200]}") from exc
+    except Exception as exc:  # numba-cuda's own errors (an unsupported target, a missing NVVM or NVRTC)
+        raise ToolchainMissing(f"numba-cuda cannot compile for {arch}: {' '.join(str(exc).split())[:200]}") from exc
     registers = re.search(r"Used (\d+) registers", report)
     if registers is None:
         raise RuntimeError(f"ptxas reported no register count: {report.strip()}")
