@@ -194,3 +194,19 @@ def test_the_sass_command_rejects_what_it_cannot_compile_for(args, key, capsys, 
     assert main(["sass", *args, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert key in err and "\n" not in err and "Traceback" not in err
+
+
+def test_measure_writes_the_code_rows_only_where_it_can_compile(monkeypatch, capsys, tmp_path, h200):
+    """After the kernels suite, gpusim measure also writes kernels_sass.csv; without the compiler (or
+    without the device's compute capability) it says so in one line and writes nothing."""
+    import shutil
+
+    from gpusim.commands.measure import _write_kernel_code
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    assert _write_kernel_code(h200, {"compute_capability": "9.0"}, tmp_path, ["elementwise"]) == []
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpusim: kernels_sass.csv not written (") and "\n" not in err
+    assert _write_kernel_code(h200, {}, tmp_path, []) == []
+    assert "no compute capability" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

@@ -266,6 +266,31 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
     written = execute(args.suite, machine, stem, provenance, out_dir, lambda case: cuda_launcher(case, machine),
                       cuda_event_timer, args.warmups, args.repeats, args.op, progress)
+    if "kernels" in args.suite:
+        written += _write_kernel_code(machine, device, out_dir, args.op)
     for path in written:
         print(path)
     return 0
+
+
+def _write_kernel_code(machine, device: dict[str, Any], out_dir: Path, ops: list[str]) -> list[Path]:
+    """``kernels_sass.csv`` beside the kernels suite's files (what ``gpusim sass`` writes), compiled
+    for the measured device, where numba-cuda and the CUDA toolkit's ptxas and nvdisasm are; else a
+    line saying so."""
+    from gpusim.cuda_backend.code import CODE_COLUMNS, ToolchainMissing, code_rows
+    from gpusim.cuda_backend.measure import kernels_suite
+
+    major, _, minor = str(device.get("compute_capability", "")).partition(".")
+    if not (major.isdigit() and minor.isdigit()):
+        print("gpusim: kernels_sass.csv not written (the device reported no compute capability)", file=sys.stderr)
+        return []
+    cases = [c for c in kernels_suite(machine) if not ops or c.op in ops]
+    try:
+        rows = code_rows(cases, machine, (int(major), int(minor)))
+    except ToolchainMissing as exc:
+        print(f"gpusim: kernels_sass.csv not written ({exc}); gpusim sass writes it where the toolkit is",
+              file=sys.stderr)
+        return []
+    path = out_dir / "kernels_sass.csv"
+    _write_csv(path, CODE_COLUMNS, _kept_rows(path, rows) + rows if ops else rows)
+    return [path]

@@ -45,10 +45,18 @@ def _compute_capability(text: str | None, architecture: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def describe(row: dict) -> str:
+    """One line of what a kernel's compiled code does per round trip."""
+    trips = row["round_trips"]
+    return (f"{row['case_id']:<40} {row['registers_per_thread']:4d} registers  {trips:10.0f} round trips  "
+            f"{row['warp_instructions'] / trips:7.1f} instructions and {row['warp_stall_cycles'] / trips:7.1f} stall "
+            f"cycles per trip")
+
+
 def cmd_sass(args: argparse.Namespace) -> int:
     from gpusim.commands.measure import _write_csv
     from gpusim.config.library import load_hardware
-    from gpusim.cuda_backend.code import CODE_COLUMNS, ToolchainMissing, own_kernel_code, toolchain_versions
+    from gpusim.cuda_backend.code import CODE_COLUMNS, ToolchainMissing, code_rows
     from gpusim.cuda_backend.measure import kernels_suite
     from gpusim.engine.machine import machine_of
 
@@ -57,24 +65,12 @@ def cmd_sass(args: argparse.Namespace) -> int:
         raise ConfigError(args.hardware, "kind", "gpusim sass compiles CUDA kernels: the description must be a GPU")
     capability = _compute_capability(args.compute_capability, hardware.gpu.architecture)
     machine = machine_of(hardware)
+    cases = [c for c in kernels_suite(machine) if not args.op or c.op in args.op]
     try:
-        versions = toolchain_versions()
+        rows = code_rows(cases, machine, capability, lambda row: print(describe(row), file=sys.stderr))
     except ToolchainMissing as exc:
         print(f"gpusim: cannot compile to SASS ({exc})", file=sys.stderr)
         return 2
-    cases = [c for c in kernels_suite(machine) if not args.op or c.op in args.op]
-    rows = []
-    for case in cases:
-        try:
-            row = own_kernel_code(case, machine, capability)
-        except ToolchainMissing as exc:
-            print(f"gpusim: cannot compile to SASS ({exc})", file=sys.stderr)
-            return 2
-        if row is not None:
-            rows.append({**row, **versions})
-            print(f"{case.case_id:<40} {row['registers_per_thread']:4d} registers  {row['round_trips']:10.0f} round "
-                  f"trips  {row['warp_instructions'] / row['round_trips']:7.1f} instructions and "
-                  f"{row['warp_stall_cycles'] / row['round_trips']:7.1f} stall cycles per trip", file=sys.stderr)
     out = Path(args.out) / Path(args.hardware).stem / "kernels_sass.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
     _write_csv(out, CODE_COLUMNS, rows)

@@ -260,6 +260,20 @@ def own_kernel_code(case, machine: Machine, compute_capability: tuple[int, int])
             "delayed_hits": delayed_hits, "shared_latency_cycles": shared_cycles}
 
 
+def code_rows(cases, machine: Machine, compute_capability: tuple[int, int], progress=None) -> list[dict]:
+    """The ``kernels_sass.csv`` rows of the kernels-suite ``cases`` that have one, with the toolchain's
+    versions; ``progress(row)`` after each. Raises :class:`ToolchainMissing` when it cannot compile."""
+    versions = toolchain_versions()
+    rows = []
+    for case in cases:
+        row = own_kernel_code(case, machine, compute_capability)
+        if row is not None:
+            rows.append({**row, **versions})
+            if progress is not None:
+                progress(rows[-1])
+    return rows
+
+
 def plan_from_code_row(plan: KernelPlan, row: dict[str, str], machine: Machine) -> KernelPlan:
     """``plan`` as the compiled code of a ``kernels_sass.csv`` row runs it (:func:`compiled_plan`)."""
     path = WarpPath(float(row["warp_instructions"]),
