@@ -3,7 +3,9 @@
 Writes, under ``--out DIR/<gpu stem or name>/``: ``<suite>.csv`` in the published kernels.csv format
 (``gpusim accuracy --measurements`` reads it), ``<suite>_timings.csv`` (every case: median, min, max),
 ``<suite>_plans.csv`` (the exact plan of each own kernel and the engine's time for it) and
-``<suite>_provenance.json`` (GPU, clocks, driver, versions, date). The ``library`` suite times cuBLAS through
+``<suite>_provenance.json`` (GPU, clocks, driver, versions, date); the kernels suite also writes
+``kernels_sass.csv`` (what each own kernel's compiled code issues and waits on, as ``gpusim sass``
+counts it) where numba-cuda and the CUDA toolkit's ``ptxas`` and ``nvdisasm`` are installed. The ``library`` suite times cuBLAS through
 PyTorch instead of gpusim's own kernels and writes ``library.csv`` (each row naming the kernels the
 library ran and the tile their names state; :mod:`gpusim.cuda_backend.library`) and
 ``library_provenance.json`` (GPU, PyTorch and CUDA versions, date). The ``block`` suite times a
