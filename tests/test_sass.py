@@ -210,3 +210,24 @@ def test_measure_writes_the_code_rows_only_where_it_can_compile(monkeypatch, cap
     assert _write_kernel_code(h200, {}, tmp_path, []) == []
     assert "no compute capability" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_a_row_kernel_counts_each_pass_s_iterations_once():
+    """gpusim's FP32 layernorm (128 threads on one row, 4-element vectors). The compiler unrolled
+    pass 1 over 4 iterations (with a remainder loop), pass 2 over 2, pass 3 (row, gamma and beta:
+    12 loads per iteration) not at all; at 4096 columns each thread runs 1024 / 128 = 8 iterations
+    per pass: pass 1 twice its unrolled loop, pass 2 four times, pass 3 eight times."""
+    from gpusim.cuda_backend.code import row_path
+
+    instructions, labels = parse_sass(_sass("layernorm_fp32_128x1x128x4.sass.gz"))
+    spans = [s for s in innermost_loops(instructions, labels) if count(instructions, *s, "LDG")]
+    bodies = [walk(instructions, *s, SHARED) for s in spans]
+    assert [b.loads for b in bodies] == [4, 16, 8, 12]
+    path = row_path(instructions, labels, 8, (4, 4, 12), SHARED)
+    one_pass = row_path(instructions, labels, 0, (4, 4, 12), SHARED)  # the straight code alone
+    _, unrolled1, pass2, pass3 = bodies
+    assert path.loads - one_pass.loads == 2 * 16 + 4 * 8 + 8 * 12  # 8 x (4 + 4 + 12) elements
+    assert path.round_trips - one_pass.round_trips == 2 * unrolled1.round_trips + 4 * pass2.round_trips \
+        + 8 * pass3.round_trips
+    with pytest.raises(ValueError, match="passes"):
+        row_path(instructions, labels, 8, (4, 4), SHARED)

@@ -90,10 +90,13 @@ def load_loop_path(instructions, labels, loads_per_thread: float, shared_cycles:
     return path
 
 
-def row_path(instructions, labels, iterations: int, shared_cycles: float) -> WarpPath:
-    """One warp of a row kernel whose busiest thread runs ``iterations`` iterations per pass. The
-    loops of a pass are those with no barrier between them: an unrolled loop and its remainder loop
-    (the one with fewer loads; the unroll factor is the ratio of their loads)."""
+def row_path(instructions, labels, iterations: int, loads_per_iteration: tuple[int, ...],
+             shared_cycles: float) -> WarpPath:
+    """One warp of a row kernel whose busiest thread runs ``iterations`` iterations per pass, pass p
+    loading ``loads_per_iteration[p]`` elements per iteration. The loops of a pass are those with no
+    barrier between them: the compiler's loop, unrolled over as many iterations as its loads hold, and
+    maybe a remainder loop with fewer; the iterations the loops leave are peeled into the straight
+    code, which is walked once."""
     spans = [span for span in innermost_loops(instructions, labels) if count(instructions, *span, "LDG")]
     passes: list[list[tuple[int, int]]] = []
     for span in spans:
@@ -101,15 +104,16 @@ def row_path(instructions, labels, iterations: int, shared_cycles: float) -> War
             passes[-1].append(span)
         else:
             passes.append([span])
+    if len(passes) != len(loads_per_iteration):
+        raise ValueError(f"expected {len(loads_per_iteration)} passes over the row, found {len(passes)}")
     path = _outside(instructions, spans, 0, len(instructions), shared_cycles)
-    for group in passes:
-        bodies = [walk(instructions, *span, shared_cycles) for span in group]
-        if len(bodies) == 1:
-            path = path + bodies[0].times(iterations)
-            continue
-        unrolled, remainder = max(bodies, key=lambda b: b.loads), min(bodies, key=lambda b: b.loads)
-        unroll = max(1, round(unrolled.loads / remainder.loads))
-        path = path + unrolled.times(iterations // unroll) + remainder.times(iterations % unroll)
+    for group, per_iteration in zip(passes, loads_per_iteration):
+        bodies = sorted((walk(instructions, *span, shared_cycles) for span in group), key=lambda b: -b.loads)
+        left = iterations
+        for body in bodies:  # the unrolled loop first, then the remainder loop
+            unroll = max(1, round(body.loads / per_iteration))
+            path = path + body.times(left // unroll)
+            left %= unroll
     return path
 
 
@@ -250,7 +254,10 @@ def own_kernel_code(case, machine: Machine, compute_capability: tuple[int, int])
         text, registers = compile_sass(kernel, signature, compute_capability)
         instructions, labels = parse_sass(text)
         iterations = math.ceil(math.ceil(cols / layout.vec) / layout.threads_per_row)
-        path = row_path(instructions, labels, iterations, shared_cycles)
+        # softmax reads the row in each of its three passes; layernorm reads it twice, then the row,
+        # gamma and beta
+        passes = (1, 1, 1) if case.op == "softmax" else (1, 1, 3)
+        path = row_path(instructions, labels, iterations, tuple(p * layout.vec for p in passes), shared_cycles)
     else:
         return None
     return {"case_id": case.case_id, "plan_name": plan.name,
