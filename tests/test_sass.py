@@ -187,6 +187,7 @@ def test_the_sass_command_says_in_one_line_what_it_lacks(monkeypatch, capsys, tm
     (["--hardware", "a100_sxm4_80gb"], "--compute-capability"),  # Ampere is 8.0 or 8.6
     (["--hardware", "h200_sxm_141gb", "--compute-capability", "nine"], "--compute-capability"),
     (["--hardware", "xeon_8480"], "kind"),
+    (["--hardware", "h200_sxm_141gb", "--op", "matmull"], "--op"),
 ])
 def test_the_sass_command_rejects_what_it_cannot_compile_for(args, key, capsys, tmp_path):
     from gpusim.cli import main

@@ -54,7 +54,7 @@ def describe(row: dict) -> str:
 
 
 def cmd_sass(args: argparse.Namespace) -> int:
-    from gpusim.commands.measure import _write_csv
+    from gpusim.commands.measure import _kept_rows, _write_csv
     from gpusim.config.library import load_hardware
     from gpusim.cuda_backend.code import CODE_COLUMNS, ToolchainMissing, code_rows
     from gpusim.cuda_backend.measure import kernels_suite
@@ -65,7 +65,12 @@ def cmd_sass(args: argparse.Namespace) -> int:
         raise ConfigError(args.hardware, "kind", "gpusim sass compiles CUDA kernels: the description must be a GPU")
     capability = _compute_capability(args.compute_capability, hardware.gpu.architecture)
     machine = machine_of(hardware)
-    cases = [c for c in kernels_suite(machine) if not args.op or c.op in args.op]
+    suite = kernels_suite(machine)
+    known = sorted({c.op for c in suite})
+    unknown = [op for op in args.op if op not in known]
+    if unknown:
+        raise ConfigError("--op", unknown[0], f"no such op in the kernels suite (ops: {', '.join(known)})")
+    cases = [c for c in suite if not args.op or c.op in args.op]
     try:
         rows = code_rows(cases, machine, capability, lambda row: print(describe(row), file=sys.stderr))
     except ToolchainMissing as exc:
@@ -73,6 +78,7 @@ def cmd_sass(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out) / Path(args.hardware).stem / "kernels_sass.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
-    _write_csv(out, CODE_COLUMNS, rows)
+    # an --op run replaces its own cases' rows and keeps the file's others, as gpusim measure does
+    _write_csv(out, CODE_COLUMNS, _kept_rows(out, rows) + rows if args.op else rows)
     print(out)
     return 0
