@@ -279,7 +279,7 @@ def _write_kernel_code(machine, device: dict[str, Any], out_dir: Path, ops: list
     """``kernels_sass.csv`` beside the kernels suite's files (what ``gpusim sass`` writes), compiled
     for the measured device, where numba-cuda and the CUDA toolkit's ptxas and nvdisasm are; else a
     line saying so."""
-    from gpusim.cuda_backend.code import CODE_COLUMNS, ToolchainMissing, code_rows
+    from gpusim.cuda_backend.code import CODE_COLUMNS, CannotCompile, code_rows
     from gpusim.cuda_backend.measure import kernels_suite
 
     major, _, minor = str(device.get("compute_capability", "")).partition(".")
@@ -289,7 +289,7 @@ def _write_kernel_code(machine, device: dict[str, Any], out_dir: Path, ops: list
     cases = [c for c in kernels_suite(machine) if not ops or c.op in ops]
     try:
         rows = code_rows(cases, machine, (int(major), int(minor)))
-    except ToolchainMissing as exc:
+    except CannotCompile as exc:
         print(f"gpusim: kernels_sass.csv not written ({exc}); gpusim sass writes it where the toolkit is",
               file=sys.stderr)
         return []

@@ -56,7 +56,7 @@ def describe(row: dict) -> str:
 def cmd_sass(args: argparse.Namespace) -> int:
     from gpusim.commands.measure import _kept_rows, _write_csv
     from gpusim.config.library import load_hardware
-    from gpusim.cuda_backend.code import CODE_COLUMNS, ToolchainMissing, code_rows
+    from gpusim.cuda_backend.code import CODE_COLUMNS, CannotCompile, code_rows
     from gpusim.cuda_backend.measure import kernels_suite
     from gpusim.engine.machine import machine_of
 
@@ -73,7 +73,7 @@ def cmd_sass(args: argparse.Namespace) -> int:
     cases = [c for c in suite if not args.op or c.op in args.op]
     try:
         rows = code_rows(cases, machine, capability, lambda row: print(describe(row), file=sys.stderr))
-    except ToolchainMissing as exc:
+    except CannotCompile as exc:
         print(f"gpusim: cannot compile to SASS ({exc})", file=sys.stderr)
         return 2
     out = Path(args.out) / Path(args.hardware).stem / "kernels_sass.csv"

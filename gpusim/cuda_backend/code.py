@@ -139,7 +139,7 @@ CODE_COLUMNS = ("case_id", "plan_name", "compute_capability", "registers_per_thr
 """``kernels_sass.csv``: per own kernel, what one warp of a CTA does over the whole kernel."""
 
 
-class ToolchainMissing(RuntimeError):
+class CannotCompile(RuntimeError):
     """numba-cuda or a CUDA toolkit tool that compiling to SASS needs is not installed, or cannot
     compile for the target."""
 
@@ -149,7 +149,7 @@ def _tool(name: str) -> str:
 
     path = shutil.which(name)
     if path is None:
-        raise ToolchainMissing(f"{name} is not on PATH (CUDA toolkit, or pip install nvidia-cuda-nvdisasm for nvdisasm)")
+        raise CannotCompile(f"{name} is not on PATH (CUDA toolkit, or pip install nvidia-cuda-nvdisasm for nvdisasm)")
     return path
 
 
@@ -161,7 +161,7 @@ def toolchain_versions() -> dict[str, str]:
     try:
         numba_cuda = version("numba-cuda")
     except PackageNotFoundError as exc:
-        raise ToolchainMissing("numba-cuda is not installed (pip install numba-cuda)") from exc
+        raise CannotCompile("numba-cuda is not installed (pip install numba-cuda)") from exc
     out = subprocess.run([_tool("ptxas"), "--version"], capture_output=True, text=True, check=True).stdout
     return {"numba_cuda_version": numba_cuda, "ptxas_version": out.strip().splitlines()[-1]}
 
@@ -194,12 +194,12 @@ def compile_sass(kernel, signature: tuple, compute_capability: tuple[int, int]) 
                                     capture_output=True, text=True, check=True).stderr
             text = subprocess.run([_tool("nvdisasm"), "-c", str(binary)], capture_output=True, text=True,
                                   check=True).stdout
-    except ToolchainMissing:
+    except CannotCompile:
         raise
     except subprocess.CalledProcessError as exc:
-        raise ToolchainMissing(f"{exc.cmd[0]} failed for {arch}: {' '.join((exc.stderr or '').split())[:200]}") from exc
+        raise CannotCompile(f"{exc.cmd[0]} failed for {arch}: {' '.join((exc.stderr or '').split())[:200]}") from exc
     except Exception as exc:  # numba-cuda's own errors (an unsupported target, a missing NVVM or NVRTC)
-        raise ToolchainMissing(f"numba-cuda cannot compile for {arch}: {' '.join(str(exc).split())[:200]}") from exc
+        raise CannotCompile(f"numba-cuda cannot compile for {arch}: {' '.join(str(exc).split())[:200]}") from exc
     registers = re.search(r"Used (\d+) registers", report)
     if registers is None:
         raise RuntimeError(f"ptxas reported no register count: {report.strip()}")
@@ -269,7 +269,7 @@ def own_kernel_code(case, machine: Machine, compute_capability: tuple[int, int])
 
 def code_rows(cases, machine: Machine, compute_capability: tuple[int, int], progress=None) -> list[dict]:
     """The ``kernels_sass.csv`` rows of the kernels-suite ``cases`` that have one, with the toolchain's
-    versions; ``progress(row)`` after each. Raises :class:`ToolchainMissing` when it cannot compile."""
+    versions; ``progress(row)`` after each. Raises :class:`CannotCompile` when it cannot compile."""
     versions = toolchain_versions()
     rows = []
     for case in cases:
