@@ -232,3 +232,19 @@ def test_a_row_kernel_counts_each_pass_s_iterations_once():
         + 8 * pass3.round_trips
     with pytest.raises(ValueError, match="passes"):
         row_path(instructions, labels, 8, (4, 4), SHARED)
+
+
+def test_a_bad_code_row_is_named_by_its_case_and_column(h200):
+    from gpusim.cuda_backend.code import plan_from_code_row
+    from gpusim.cuda_backend.plans import plan_for_elementwise
+
+    plan = plan_for_elementwise(h200, "add", 1 << 20, "fp32")
+    row = {"case_id": "x", "warp_instructions": "665", "warp_stall_cycles": "636", "round_trips": "2",
+           "global_loads": "32", "registers_per_thread": "37", "delayed_hits": "False"}
+    assert plan_from_code_row(plan, row, h200).warp_instructions_per_trip == pytest.approx(332.5)
+    with pytest.raises(ValueError, match="case x: round_trips 'two' is not a number"):
+        plan_from_code_row(plan, {**row, "round_trips": "two"}, h200)
+    with pytest.raises(ValueError, match="registers_per_thread '37.5' is not a whole number"):
+        plan_from_code_row(plan, {**row, "registers_per_thread": "37.5"}, h200)
+    with pytest.raises(ValueError, match="delayed_hits 'maybe'"):
+        plan_from_code_row(plan, {**row, "delayed_hits": "maybe"}, h200)

@@ -282,9 +282,19 @@ def code_rows(cases, machine: Machine, compute_capability: tuple[int, int], prog
 
 
 def plan_from_code_row(plan: KernelPlan, row: dict[str, str], machine: Machine) -> KernelPlan:
-    """``plan`` as the compiled code of a ``kernels_sass.csv`` row runs it (:func:`compiled_plan`)."""
-    path = WarpPath(float(row["warp_instructions"]),
-                    float(row["warp_instructions"]) + float(row["warp_stall_cycles"]),
-                    float(row["round_trips"]), float(row["global_loads"]))
-    return compiled_plan(plan, path, int(row["registers_per_thread"]), machine,
-                         row["delayed_hits"].strip().lower() == "true")
+    """``plan`` as the compiled code of a ``kernels_sass.csv`` row runs it (:func:`compiled_plan`);
+    ValueError naming the case and the column for a cell that is not what it should be."""
+    def number(column: str, kind=float):
+        try:
+            return kind(row[column])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"kernels_sass.csv, case {row.get('case_id')}: {column} {row.get(column)!r} is not "
+                             f"{'a whole number' if kind is int else 'a number'}") from None
+
+    path = WarpPath(number("warp_instructions"), number("warp_instructions") + number("warp_stall_cycles"),
+                    number("round_trips"), number("global_loads"))
+    hits = str(row.get("delayed_hits", "")).strip().lower()
+    if hits not in ("true", "false"):
+        raise ValueError(f"kernels_sass.csv, case {row.get('case_id')}: delayed_hits {row.get('delayed_hits')!r} "
+                         "is not True or False")
+    return compiled_plan(plan, path, number("registers_per_thread", int), machine, hits == "true")
