@@ -248,3 +248,20 @@ def test_a_bad_code_row_is_named_by_its_case_and_column(h200):
         plan_from_code_row(plan, {**row, "registers_per_thread": "37.5"}, h200)
     with pytest.raises(ValueError, match="delayed_hits 'maybe'"):
         plan_from_code_row(plan, {**row, "delayed_hits": "maybe"}, h200)
+
+
+def test_the_sass_command_line_puts_the_code_s_time_beside_the_plan_s(h200):
+    """Each kernel's line: its trips, and its simulated time as planned and as compiled (the committed
+    FP32 1024^3 GEMM row: 15-16x); a kernel whose compiled registers do not fit says it cannot launch."""
+    from gpusim.commands.sass import describe
+    from gpusim.cuda_backend.measure import kernels_suite
+
+    case = next(c for c in kernels_suite(h200) if c.case_id == "gemm_fp32_1024x1024x1024")
+    row = {k: (float(v) if k in ("round_trips", "warp_instructions", "warp_stall_cycles") else v)
+           for k, v in load_code_rows(FOLDER / "kernels.csv")[case.case_id].items()}
+    row["registers_per_thread"] = int(row["registers_per_thread"])
+    line = describe(case, row, h200)
+    assert "1542 round trips" in line and "as compiled" in line
+    ratio = float(line.rsplit("(", 1)[1].rstrip("x)"))
+    assert 14 < ratio < 17
+    assert "cannot launch" in describe(case, {**row, "registers_per_thread": 1024}, h200)

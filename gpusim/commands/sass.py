@@ -45,12 +45,22 @@ def _compute_capability(text: str | None, architecture: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def describe(row: dict) -> str:
-    """One line of what a kernel's compiled code does per round trip."""
+def describe(case, row: dict, machine) -> str:
+    """One line of what a kernel's compiled code does per round trip, and the kernel's simulated time
+    as its plan describes it beside the time as its code runs it."""
+    from gpusim.cuda_backend.code import plan_from_code_row
+    from gpusim.engine.kernel import simulate_kernel
+
     trips = row["round_trips"]
-    return (f"{row['case_id']:<40} {row['registers_per_thread']:4d} registers  {trips:10.0f} round trips  "
-            f"{row['warp_instructions'] / trips:7.1f} instructions and {row['warp_stall_cycles'] / trips:7.1f} stall "
-            f"cycles per trip")
+    line = (f"{row['case_id']:<32} {row['registers_per_thread']:4d} registers {trips:7.0f} round trips "
+            f"{row['warp_instructions'] / trips:6.1f} instructions + {row['warp_stall_cycles'] / trips:6.1f} stall "
+            f"cycles per trip;")
+    plan_s = simulate_kernel(case.plan, machine).time_s
+    try:
+        code_s = simulate_kernel(plan_from_code_row(case.plan, row, machine), machine).time_s
+    except ValueError as exc:  # more registers than an SM has for the plan's threads
+        return f"{line} plan {plan_s * 1e6:,.1f} us, code: {exc}"
+    return f"{line} plan {plan_s * 1e6:,.1f} us, as compiled {code_s * 1e6:,.1f} us ({code_s / plan_s:.1f}x)"
 
 
 def cmd_sass(args: argparse.Namespace) -> int:
@@ -72,7 +82,8 @@ def cmd_sass(args: argparse.Namespace) -> int:
         raise ConfigError("--op", unknown[0], f"no such op in the kernels suite (ops: {', '.join(known)})")
     cases = [c for c in suite if not args.op or c.op in args.op]
     try:
-        rows = code_rows(cases, machine, capability, lambda row: print(describe(row), file=sys.stderr))
+        rows = code_rows(cases, machine, capability,
+                         lambda case, row: print(describe(case, row, machine), file=sys.stderr))
     except CannotCompile as exc:
         print(f"gpusim: cannot compile to SASS ({exc})", file=sys.stderr)
         return 2

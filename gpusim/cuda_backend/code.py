@@ -269,7 +269,7 @@ def own_kernel_code(case, machine: Machine, compute_capability: tuple[int, int])
 
 def code_rows(cases, machine: Machine, compute_capability: tuple[int, int], progress=None) -> list[dict]:
     """The ``kernels_sass.csv`` rows of the kernels-suite ``cases`` that have one, with the toolchain's
-    versions; ``progress(row)`` after each. Raises :class:`CannotCompile` when it cannot compile."""
+    versions; ``progress(case, row)`` after each. Raises :class:`CannotCompile` when it cannot compile."""
     versions = toolchain_versions()
     rows = []
     for case in cases:
@@ -277,7 +277,7 @@ def code_rows(cases, machine: Machine, compute_capability: tuple[int, int], prog
         if row is not None:
             rows.append({**row, **versions})
             if progress is not None:
-                progress(rows[-1])
+                progress(case, rows[-1])
     return rows
 
 
