@@ -33,10 +33,11 @@ from dataclasses import dataclass
 
 ALU_RESULT_CYCLES = 4
 """Cycles from issue until a dependent instruction may use the result of a fixed-latency integer,
-logic or FP32 instruction (IADD3, IMAD, LOP3, SHF, FFMA, ...): 4 on Volta and later (Jia et al.,
-"Dissecting the NVIDIA Volta GPU Architecture via Microbenchmarking", arXiv:1804.06826, Table 4.1;
-Luo et al., "Benchmarking and Dissecting the Nvidia Hopper GPU Architecture", arXiv:2402.13499,
-measure the same for Hopper's FP32 and integer pipes)."""
+logic or FP32 instruction (IADD3, IMAD, LOP3, SHF, FFMA, ...): 4 on Volta (Jia et al., "Dissecting
+the NVIDIA Volta GPU Architecture via Microbenchmarking", arXiv:1804.06826, Table 4.1), taken for the
+later architectures too, whose microbenchmark studies (Luo et al., "Benchmarking and Dissecting the
+Nvidia Hopper GPU Architecture", arXiv:2402.13499) report latencies of the same few cycles. 64-bit
+results of opcodes that do not name their width (FP64 arithmetic) are tracked as one register."""
 
 RESULT_CYCLES = {
     # variable-latency units: the special-function unit (MUFU: exp2, rcp, rsqrt, tanh) and
