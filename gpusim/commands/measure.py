@@ -87,6 +87,19 @@ def _kept_rows(path: Path, new_rows: list[dict[str, Any]]) -> list[dict[str, Any
             if row.get("case_id") not in replaced]
 
 
+def _write_rows(path: Path, columns: Iterable[str], rows: list[dict[str, Any]], ops: list[str] | None) -> None:
+    """Write ``rows`` to ``path``; an ``--op`` run replaces its own cases' rows and keeps the file's others."""
+    _write_csv(path, columns, _kept_rows(path, rows) + rows if ops else rows)
+
+
+def _check_ops(ops: list[str] | None, cases: Iterable, where: str) -> None:
+    """A ConfigError naming the first of ``ops`` that no case has."""
+    known = sorted({c.op for c in cases})
+    unknown = [op for op in ops or [] if op not in known]
+    if unknown:
+        raise ConfigError("--op", unknown[0], f"no such op in {where} (ops: {', '.join(known)})")
+
+
 def _cell(value: Any) -> Any:
     if isinstance(value, float):
         return f"{value:.6g}"
@@ -106,11 +119,7 @@ def execute(suites: list[str], machine, gpu: str, provenance: dict[str, Any], ou
 
     written: list[Path] = []
     all_cases = {suite: SUITES[suite](machine) for suite in suites}
-    if ops:
-        known = sorted({c.op for cases in all_cases.values() for c in cases})
-        unknown = [op for op in ops if op not in known]
-        if unknown:
-            raise ConfigError("--op", unknown[0], f"no such op in --suite {','.join(suites)} (ops: {', '.join(known)})")
+    _check_ops(ops, [c for cases in all_cases.values() for c in cases], f"--suite {','.join(suites)}")
     for suite, cases in all_cases.items():
         if ops:
             cases = [c for c in cases if c.op in ops]
@@ -122,8 +131,7 @@ def execute(suites: list[str], machine, gpu: str, provenance: dict[str, Any], ou
         )
         for path, columns, rows in tables:
             if rows:
-                # an --op run replaces its own cases' rows and keeps the file's others
-                _write_csv(path, columns, _kept_rows(path, rows) + rows if ops else rows)
+                _write_rows(path, columns, rows, ops)
                 written.append(path)
         # one per suite, as the library and block suites write theirs: suites measured in separate
         # runs can share a folder
@@ -294,5 +302,5 @@ def _write_kernel_code(machine, device: dict[str, Any], out_dir: Path, ops: list
               file=sys.stderr)
         return []
     path = out_dir / "kernels_sass.csv"
-    _write_csv(path, CODE_COLUMNS, _kept_rows(path, rows) + rows if ops else rows)
+    _write_rows(path, CODE_COLUMNS, rows, ops)
     return [path]

@@ -64,7 +64,7 @@ def describe(case, row: dict, machine) -> str:
 
 
 def cmd_sass(args: argparse.Namespace) -> int:
-    from gpusim.commands.measure import _kept_rows, _write_csv
+    from gpusim.commands.measure import _check_ops, _write_rows
     from gpusim.config.library import load_hardware
     from gpusim.cuda_backend.code import CODE_COLUMNS, CannotCompile, code_rows
     from gpusim.cuda_backend.measure import kernels_suite
@@ -76,10 +76,7 @@ def cmd_sass(args: argparse.Namespace) -> int:
     capability = _compute_capability(args.compute_capability, hardware.gpu.architecture)
     machine = machine_of(hardware)
     suite = kernels_suite(machine)
-    known = sorted({c.op for c in suite})
-    unknown = [op for op in args.op if op not in known]
-    if unknown:
-        raise ConfigError("--op", unknown[0], f"no such op in the kernels suite (ops: {', '.join(known)})")
+    _check_ops(args.op, suite, "the kernels suite")
     cases = [c for c in suite if not args.op or c.op in args.op]
     try:
         rows = code_rows(cases, machine, capability,
@@ -89,7 +86,6 @@ def cmd_sass(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out) / Path(args.hardware).stem / "kernels_sass.csv"
     out.parent.mkdir(parents=True, exist_ok=True)
-    # an --op run replaces its own cases' rows and keeps the file's others, as gpusim measure does
-    _write_csv(out, CODE_COLUMNS, _kept_rows(out, rows) + rows if args.op else rows)
+    _write_rows(out, CODE_COLUMNS, rows, args.op)
     print(out)
     return 0

@@ -68,10 +68,9 @@ def gemm_path(instructions, labels, block_m: int, block_n: int, block_k: int, th
     elements = (block_m * block_k + block_k * block_n) / threads
     straight = _outside(instructions, inner, *k_span, shared_cycles)
     # the straight code of the k step holds the copy loops' peeled iterations: they are among `elements`
-    overhead = WarpPath(*(max(0.0, a - b) for a, b in zip(
-        (straight.instructions, straight.cycles, straight.round_trips, 0.0),
-        (element.instructions * straight.loads, element.cycles * straight.loads,
-         element.round_trips * straight.loads, 0.0))))
+    peeled = element.times(straight.loads)
+    overhead = WarpPath(max(0.0, straight.instructions - peeled.instructions), max(0.0, straight.cycles - peeled.cycles),
+                        max(0.0, straight.round_trips - peeled.round_trips), 0.0)
     step = element.times(elements) + products.times(block_k / steps_per_body) + overhead
     rest = _outside(instructions, [k_span], 0, len(instructions), shared_cycles)
     return step.times(num_k_tiles) + rest
