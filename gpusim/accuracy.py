@@ -501,9 +501,12 @@ def own_kernel_plan(case, row: dict[str, str], machine: Machine, code: dict[str,
     if (plan.grid, plan.threads_per_cta) != (int(row["grid"]), int(row["threads_per_cta"])):
         raise ValueError(f"rebuilt plan {plan.grid}x{plan.threads_per_cta} differs from the measured "
                          f"{row['grid']}x{row['threads_per_cta']}")
-    if code is not None and code["plan_name"] == row["plan_name"]:
-        return plan_from_code_row(plan, code, machine)
-    return plan
+    if code is None:
+        return plan
+    if code["plan_name"] != row["plan_name"]:
+        raise ValueError(f"its kernels_sass.csv row counts the code of {code['plan_name']}, not of the measured "
+                         f"{row['plan_name']} (a stale file: run gpusim sass again)")
+    return plan_from_code_row(plan, code, machine)
 
 
 def run_accuracy(cases: Iterable, calibrated: bool = True, include_excluded: bool = False,

@@ -265,3 +265,21 @@ def test_the_sass_command_line_puts_the_code_s_time_beside_the_plan_s(h200):
     ratio = float(line.rsplit("(", 1)[1].rstrip("x)"))
     assert 14 < ratio < 17
     assert "cannot launch" in describe(case, {**row, "registers_per_thread": 1024}, h200)
+
+
+def test_a_stale_code_row_skips_its_case_with_the_reason():
+    """A kernels_sass.csv row counted for another plan than the one measured is not silently dropped
+    (the case would be timed from its plan alone): the case is skipped and says why."""
+    from gpusim.accuracy import load_plan_rows, run_accuracy
+    from gpusim.measurements import load_kernel_cases
+
+    csv_path = FOLDER / "kernels.csv"
+    cases = [c for c in load_kernel_cases(csv_path) if c.case_id == "elementwise_add_fp32_1048576"]
+    plans, code = load_plan_rows(csv_path), load_code_rows(csv_path)
+    results, skipped = run_accuracy(cases, plan_rows=plans, code_rows=code)
+    assert [r.case_id for r in results] == ["elementwise_add_fp32_1048576"] and not skipped
+    stale = {case_id: {**row, "plan_name": "elementwise_add[other]"} for case_id, row in code.items()}
+    results, skipped = run_accuracy(cases, plan_rows=plans, code_rows=stale)
+    assert not results
+    assert "counts the code of elementwise_add[other]" in skipped[0].reason
+    assert "run gpusim sass again" in skipped[0].reason
