@@ -173,7 +173,7 @@ def test_measure_files_with_a_fake_timer(h100, tmp_path):
         plans = {r["case_id"]: r for r in csv.DictReader(handle)}
     plan = plans["gemm_fp32_1000x1000x1000"]
     bm, bn = int(plan["block_m"]), int(plan["block_n"])
-    assert int(plan["grid"]) == math.ceil(1000 / bm) * math.ceil(1000 / bn)
+    assert int(plan["grid"]) == math.ceil(1000 / bm) * math.ceil(1000 / bn) * int(plan["split_k"])
     assert int(plan["threads_per_cta"]) == 32 * int(plan["num_warps"])
     assert plan["measured_registers_per_thread"] == "64"
     assert float(plan["simulated_time_s"]) > 0

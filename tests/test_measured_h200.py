@@ -46,10 +46,12 @@ def test_cublas_products_on_the_h200():
     results = _results("library.csv")
     (summary,) = summarize(results)
     assert len(results) == 47
-    # 5.06% when recorded (4.9% before the FP8 rows measured with promotion simulated it: their
-    # 512-row kernel on a cooperative 128x128 tile, +9.6%)
-    assert summary.mape_fraction <= 0.052
-    assert sum(abs(r.signed_error_fraction) <= 0.10 for r in results) >= 41  # 42 of 47 when recorded
+    # 5.29% when recorded (4.9% before the FP8 rows measured with promotion simulated it: their
+    # 512-row kernel on a cooperative 128x128 tile, +9.6%; 5.06% before CUDA-core tiles paid their
+    # issue slots: FP32 1024^3 -25.7% -> -18.6%, 512^3 +0.1% -> +15.8%, whose pinned 64x64 tile
+    # lacks the split-K the profile shows as a second kernel)
+    assert summary.mape_fraction <= 0.054
+    assert sum(abs(r.signed_error_fraction) <= 0.10 for r in results) >= 41  # 41 of 47 when recorded
     assert all(abs(r.signed_error_fraction) <= 0.30 for r in results)
     # the simulation beats the roofline on every group it is scored on
     assert summary.roofline_mape_fraction > 5 * summary.mape_fraction
@@ -106,7 +108,7 @@ def test_the_measured_suite_scores_every_own_file_per_op(tmp_path, capsys):
     assert {r["file"] for r in written["blocks"]} == {"h200_sxm_141gb/block.csv"}
     assert len(written["blocks"]) == 6 * 8
     library = rows[("h200_sxm_141gb/library.csv", "matmul")]["summary"]
-    assert library["num_cases"] == 47 and library["mape_fraction"] <= 0.052
+    assert library["num_cases"] == 47 and library["mape_fraction"] <= 0.054
     assert {op for f, op in rows if f == "h200_sxm_141gb/micro.csv"} == {
         "pointer_chase", "stream", "l2_bandwidth", "memcpy_h2d", "memcpy_d2h"}
     # a --json file does not replace the table (only --json - does)

@@ -83,3 +83,57 @@ def test_half_precision_simt_gemm_runs_at_the_fp32_rate():
         times[dtype] = simulate_kernel(plan, p100).time_s
     # compute-bound either way: half the bytes buy at most a few percent
     assert times["fp16"] == pytest.approx(times["fp32"], rel=0.05)
+
+
+def test_a_thread_tile_s_instructions_are_counted_as_cutlass_compiles_them():
+    """FMAs, shared loads and the loop's copies per step of k (8) for one thread, by hand: a
+    128 x 128 tile of 4 warps holds 128 outputs per thread (16 x 8): 1,024 FMAs, 8 x (4 + 2) = 48
+    128-bit shared loads, 37.5 loop instructions and 6.9 per copied element, (128 + 128) x 8 / 128 =
+    16 of them: 1,024 + 48 + 37.5 + 110.4 = 1,219.9 (CUTLASS's compiled loop: 1,224)."""
+    from gpusim.mapping.gemm import simt_thread_instructions
+    from gpusim.mapping.plan import Tile
+
+    assert simt_thread_instructions(Tile(128, 128, 8, 3, 4), 128) == pytest.approx((1024.0, 1219.9))
+    # 64 x 64 with 4 warps: 32 outputs (8 x 4): 256 + 8 x (2 + 1) + 37.5 + 6.9 x 8 (CUTLASS: 367)
+    assert simt_thread_instructions(Tile(64, 64, 8, 3, 4), 128) == pytest.approx((256.0, 372.7))
+
+
+def test_small_register_tiles_lose_issue_slots_only_where_the_fmas_need_every_one():
+    """On an SM with 32 FP32 lanes per scheduler (H100) an FMA takes the scheduler's one issue slot
+    of its cycle, so every other instruction costs a cycle: a tile with fewer outputs per thread
+    issues more of them per FMA and runs slower, relative to the leanest tile (256 x 128 of 8 warps,
+    1,024 + 48 + 37.5 + 6.9 x 12 = 1,192.3 instructions per 1,024 FMAs). On 16 lanes per scheduler (A100, V100) an FMA takes two
+    cycles and the rest issue in between; Pascal's second dispatch unit pairs them with the FMAs."""
+    from gpusim.mapping.gemm import simt_issue_factor
+    from gpusim.mapping.plan import Tile
+
+    h100 = machine_of(load_hardware("h100_sxm5_80gb"))
+    leanest = 1192.3 / 1024
+    assert simt_issue_factor(h100, "fp32", Tile(256, 128, 8, 2, 8)) == pytest.approx(1.0)
+    assert simt_issue_factor(h100, "fp32", Tile(128, 64, 8, 2, 4)) == pytest.approx(664.3 / 512 / leanest)
+    assert simt_issue_factor(h100, "fp32", Tile(64, 64, 8, 2, 4)) == pytest.approx(372.7 / 256 / leanest)
+    factors = [simt_issue_factor(h100, "fp32", Tile(bm, bn, 8, 2, w)) for bm, bn, w in
+               ((256, 128, 8), (128, 128, 8), (128, 64, 4), (64, 64, 4), (32, 32, 4))]
+    assert factors == sorted(factors) and factors[-1] > 1.5
+    for name in ("a100_pcie_40gb", "v100_sxm2_32gb", "p100_pcie_16gb", "p4"):
+        machine = machine_of(load_hardware(name))
+        assert simt_issue_factor(machine, "fp32", Tile(64, 64, 8, 2, 4)) == 1.0, name
+    # tensor-core plans carry no issue factor; a SIMT plan carries its tile's and the engine uses it
+    plan = best_gemm(h100, "mm", "matmul", 1024, 1024, 1024, 1, "fp32", 2.0 * 1024**3)
+    assert plan.issue_factor == pytest.approx(simt_issue_factor(h100, "fp32", plan.tile))
+    assert best_gemm(h100, "mm", "matmul", 1024, 1024, 1024, 1, "bf16", 2.0 * 1024**3).issue_factor == 1.0
+    from dataclasses import replace
+    slow = simulate_kernel(replace(plan, issue_factor=2.0 * plan.issue_factor), h100).time_s
+    assert slow > 1.5 * simulate_kernel(plan, h100).time_s
+
+
+def test_large_cuda_core_gemms_run_the_leanest_register_tiles():
+    """With 128 outputs per thread on offer, a large FP32 GEMM on an H100 takes one of them (as
+    cuBLAS's profiles show, sm80_xmma 128x128 with 2x2 warps), not a 64-output tile."""
+    from gpusim.mapping.gemm import SIMT_WIDE_TILES
+
+    h100 = machine_of(load_hardware("h100_sxm5_80gb"))
+    offered = {(t.block_m, t.block_n, t.num_warps) for t in tile_candidates(h100, "fp32", 4096, 4096, 4096, 1)}
+    assert set(SIMT_WIDE_TILES) <= offered
+    tile = best_gemm(h100, "mm", "matmul", 8192, 8192, 8192, 1, "fp32", 2.0 * 8192**3).tile
+    assert tile.block_m * tile.block_n / (32 * tile.num_warps) == 128

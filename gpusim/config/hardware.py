@@ -113,6 +113,9 @@ class SmSpec(Spec):
 
     warp_size: count(le=128)
     num_warp_schedulers: count(le=64)
+    dispatch_units_per_scheduler: count(le=4) = 1
+    """Warp instructions a scheduler can issue per cycle: 2 on Maxwell and Pascal, whose schedulers
+    pair an instruction with an independent one of the same warp; 1 from Volta on."""
     max_threads: count(le=1 << 16)
     max_warps: count(le=1 << 12)
     max_ctas: count(le=1 << 10)

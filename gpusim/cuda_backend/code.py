@@ -120,14 +120,16 @@ def compiled_plan(plan: KernelPlan, path: WarpPath, registers_per_thread: int, m
                   delayed_hits: bool = False) -> KernelPlan:
     """``plan`` as its compiled code runs it: one warp's ``path`` (over the whole kernel, for one CTA)
     spread over its round trips, the bytes a CTA has in flight per trip that make the engine count
-    exactly those trips, and the occupancy the compiler's registers allow."""
+    exactly those trips, and the occupancy the compiler's registers allow. The path's instructions
+    replace the plan's estimate of a library kernel's issue overhead (its ``issue_factor``)."""
     if path.round_trips <= 0:
         raise ValueError(f"{plan.name}: its compiled code makes no round trip to memory")
     resized = with_resources(plan, machine, registers_per_thread, plan.shared_bytes_per_cta)
     loads = max(plan.l2_bytes_per_cta - plan.store_bytes_per_cta, 0.0)
     return replace(resized, bytes_in_flight_per_cta=loads / path.round_trips,
                    warp_instructions_per_trip=path.instructions / path.round_trips,
-                   warp_stall_cycles_per_trip=path.stall_cycles / path.round_trips, delayed_hits=delayed_hits)
+                   warp_stall_cycles_per_trip=path.stall_cycles / path.round_trips, delayed_hits=delayed_hits,
+                   issue_factor=1.0)
 
 
 # ------------------------------------------------------------------------------------- compiling

@@ -28,7 +28,7 @@ from gpusim.config.hardware import DTYPE_BYTES
 from gpusim.engine.kernel import estimate_kernel_s
 from gpusim.engine.machine import Machine
 from gpusim.mapping import map_op
-from gpusim.mapping.gemm import gemm_plan, select_fastest, tile_candidates
+from gpusim.mapping.gemm import gemm_plan, select_fastest, simt_issue_factor, tile_candidates
 from gpusim.mapping.occupancy import ctas_per_unit
 from gpusim.mapping.plan import KernelPlan, Tile
 from gpusim.mapping.streaming import VECTOR_LOAD_BYTES, streaming_plan
@@ -60,11 +60,13 @@ def _check_dtype(dtype: str) -> None:
         raise ValueError(f"the CUDA kernels support dtypes {', '.join(KERNEL_DTYPES)}, not {dtype!r}")
 
 
-def _on_cuda_cores(plan: KernelPlan) -> KernelPlan:
-    """The plan of a kernel that does its math with FP32 FMAs on the CUDA cores."""
+def _on_cuda_cores(plan: KernelPlan, machine: Machine) -> KernelPlan:
+    """The plan of a kernel that does its math with FP32 FMAs on the CUDA cores (a GEMM tile then
+    issues as a CUDA-core GEMM of that tile does, :func:`gpusim.mapping.gemm.simt_issue_factor`)."""
     if plan.pipe != "matrix":
         return plan
-    return replace(plan, pipe="vector", dtype="fp32", name=plan.name + "[cuda_cores]")
+    issue = simt_issue_factor(machine, "fp32", plan.tile) if plan.op_kind == "matmul" else 1.0
+    return replace(plan, pipe="vector", dtype="fp32", name=plan.name + "[cuda_cores]", issue_factor=issue)
 
 
 def with_resources(plan: KernelPlan, machine: Machine, registers_per_thread: int, shared_bytes: int) -> KernelPlan:
@@ -151,7 +153,7 @@ def plan_for_gemm(machine: Machine, m: int, n: int, k: int, dtype: str, tile: Ti
     plan = gemm_plan(machine, f"gemm_{dtype}", "matmul", m, n, k, batch, dtype, tile, 2.0 * m * n * k * batch)
     if plan is None:
         raise ValueError(f"tile {tile.label()} does not fit {machine.name}")
-    return _on_cuda_cores(plan)
+    return _on_cuda_cores(plan, machine)
 
 
 def choose_gemm_plan(machine: Machine, m: int, n: int, k: int, dtype: str, batch: int = 1) -> KernelPlan:
@@ -261,7 +263,7 @@ def plan_for_attention(machine: Machine, batch: int, heads: int, seq_len_q: int,
     (plan,) = map_op(op, machine)
     if plan.tile is None or plan.tile.block_m > plan.threads_per_cta:
         raise ValueError(f"{plan.name}: needs one thread per query row of the tile")
-    return _on_cuda_cores(plan)
+    return _on_cuda_cores(plan, machine)
 
 
 # --------------------------------------------------------------------------------- microbenchmarks

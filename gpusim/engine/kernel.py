@@ -98,7 +98,7 @@ def _cta_compute_and_in_flight(plan: KernelPlan, machine: Machine, count: int) -
     else:
         unit_rate = math.inf
     cta_rate = unit_rate * issue_share / per_busiest_unit
-    compute_s = plan.flop_per_cta / cta_rate if plan.flop_per_cta > 0 else 0.0
+    compute_s = plan.flop_per_cta / cta_rate * plan.issue_factor if plan.flop_per_cta > 0 else 0.0
     limiter = plan.pipe
     if plan.shared_operand_bytes_per_cta > 0:
         # the CTAs on the SM share its shared-memory bandwidth, at the SM's sustained efficiency

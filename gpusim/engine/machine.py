@@ -134,6 +134,8 @@ class Machine:
     graph_kernel_launch_s: float
     calibration: Calibration
     max_cluster_size: int = 1
+    dispatch_units_per_scheduler: int = 1
+    """Warp instructions one scheduler issues per cycle (2: Pascal's dual issue)."""
     max_bytes_in_flight_per_unit: float | None = None
     """CPU cores: the miss-queue limit; GPUs: None (their limit comes from each CTA's plan)."""
     shared_latency_s: float = 0.0
@@ -373,6 +375,7 @@ def machine_from_gpu(name: str, gpu: Gpu) -> Machine:
         native_kernel_launch_s=gpu.launch.native_kernel_launch_s,
         calibration=_calibration(gpu.calibration),
         max_cluster_size=gpu.sm.max_cluster_size or 1,
+        dispatch_units_per_scheduler=gpu.sm.dispatch_units_per_scheduler,
         l2_set_associativity=gpu.l2.set_associativity,
         warp_mma_fraction=tc.warp_mma_fraction if tc else 1.0,
         native_mma_stride_alignment_bytes=tc.native_mma_stride_alignment_bytes if tc else None,

@@ -253,6 +253,69 @@ and 512 run ``ampere_sgemm_32x32_sliced1x4`` or ``64x32_sliced1x4`` and 1024-409
 A100 PCIe time there (219 us) is two waves of 128 such tiles on 108 SMs, not 64 x 64 tiles. Hence
 the same rule one size up: 64 x 64 only where 128 x 64 tiles underfill."""
 
+SIMT_WIDE_TILES = ((128, 128, 4), (256, 128, 8), (128, 256, 8))
+"""CUDA-core tiles of 128 outputs per thread (block_m, block_n, warps), the largest register tile
+cuBLAS and CUTLASS ship (CUTLASS's sm80 SIMT SGEMMs 128x128 with 2x2 warps, 256x128 with 4x2;
+cuBLAS ``sm80_xmma_gemm_f32f32..._tilesize128x128x8_warpsize2x2x1``, which NeuSight's profiles of
+``nn.Linear`` on an H100 name for its large shapes). They spend the fewest issue slots per FMA
+(:func:`simt_issue_factor`)."""
+
+SIMT_LOOP_INSTRUCTIONS = 37.5
+"""Warp instructions a CUDA-core GEMM thread issues per step of ``block_k`` besides its FMAs, shared
+loads and operand copies: barrier, pipeline waits, stage pointers and the loop's branch. With
+:data:`SIMT_COPY_INSTRUCTIONS`, a least-squares fit to the main loops of seven CUTLASS 4.2 SIMT
+SGEMMs (``MmaMultistage``, 3 stages, A row-major and B column-major, as ``nn.Linear`` calls them)
+compiled by ``nvcc`` 13.0 for sm_90 and read with ``nvdisasm``: tiles 32x32 to 128x128 with 8 to 128
+outputs per thread, 138 to 1,224 instructions per loop, each within 13 of the fit."""
+
+SIMT_COPY_INSTRUCTIONS = 6.9
+"""Warp instructions per operand element a CUDA-core GEMM thread copies from global to shared memory
+(one 4-byte ``LDGSTS``, as a transposing copy issues them, plus its address and predicate
+arithmetic); see :data:`SIMT_LOOP_INSTRUCTIONS`."""
+
+
+def simt_thread_instructions(tile: Tile, threads: int) -> tuple[float, float]:
+    """(FMAs, all warp instructions) one thread of a CUDA-core GEMM tile issues per step of
+    ``block_k``: a thread tile of tm x tn outputs (as square as a power of two allows) takes tm x tn
+    FMAs and (tm + tn) / 4 128-bit shared loads per k, plus the loop's own instructions and its share
+    of the operand copies (CUTLASS's counts, :data:`SIMT_LOOP_INSTRUCTIONS`)."""
+    outputs = tile.block_m * tile.block_n / threads
+    tm = 2.0 ** math.ceil(math.log2(max(outputs, 1.0)) / 2)
+    tn = max(1.0, outputs / tm)
+    fmas = tile.block_k * outputs
+    shared_loads = tile.block_k * (math.ceil(tm / 4) + math.ceil(tn / 4))
+    copies = (tile.block_m + tile.block_n) * tile.block_k / threads
+    return fmas, fmas + shared_loads + SIMT_LOOP_INSTRUCTIONS + SIMT_COPY_INSTRUCTIONS * copies
+
+
+def _simt_issue_ratio(machine: Machine, dtype: str, tile: Tile) -> float:
+    """Issue cycles over FMA-pipe cycles of one warp of a CUDA-core GEMM tile (at least 1): a scheduler
+    issues one warp instruction per cycle, and its share of the SM's lanes takes warp-size / lanes
+    cycles per FMA (1 on 128-lane SMs, where every other instruction costs an FMA's slot; 2 on 64-lane
+    ones, which issue the rest between their FMAs). A scheduler with two dispatch units (Pascal)
+    pairs each FMA with another instruction: its FMAs alone set the pace while the rest are fewer."""
+    rate = machine.simt_gemm_rate_per_unit(dtype)
+    flop_per_cycle = machine.vector_flop_per_cycle.get("fp32" if dtype in ("fp16", "bf16", "tf32") else dtype)
+    if not rate or not flop_per_cycle:
+        return 1.0
+    lanes_per_scheduler = flop_per_cycle / 2.0 / machine.num_schedulers_per_unit
+    fmas, instructions = simt_thread_instructions(tile, tile.num_warps * machine.warp_size)
+    issue_cycles = max(fmas, instructions / machine.dispatch_units_per_scheduler)
+    return max(1.0, issue_cycles / (fmas * machine.warp_size / lanes_per_scheduler))
+
+
+def simt_issue_factor(machine: Machine, dtype: str, tile: Tile) -> float:
+    """A CUDA-core GEMM tile's issue-limited math time relative to the library's leanest tile
+    (:data:`SIMT_WIDE_TILES`, 128 outputs per thread), whose rate ``vector_efficiency_fraction`` is
+    fitted to: 1 on SMs whose schedulers have issue slots to spare between FMAs, above 1 for small
+    register tiles on SMs with 32 FP32 lanes per scheduler (Ampere GA10x, Ada, Hopper, Blackwell),
+    where the counts give 128 outputs per thread 1.16-1.19 issue cycles per FMA cycle, 64 outputs
+    1.23-1.30 and 32 outputs 1.46. CPUs: 1."""
+    if machine.kind == "cpu":
+        return 1.0
+    leanest = min(_simt_issue_ratio(machine, dtype, Tile(bm, bn, 8, 2, warps)) for bm, bn, warps in SIMT_WIDE_TILES)
+    return max(1.0, _simt_issue_ratio(machine, dtype, tile) / leanest)
+
 SIMT_GEMV_TILES = ((1, 32), (1, 64), (1, 128))
 """One-row output tiles of a CUDA-core GEMV (cuBLAS ``gemv2T_kernel``, what a batch-1 FP32 linear layer
 launches): each CTA reduces a slice of the weight's columns over K without padding M."""
@@ -317,6 +380,8 @@ def tile_candidates(machine: Machine, dtype: str, m: int, n: int, k: int, batch:
             shapes += SIMT_GEMV_TILES
         bk_options = [8, 16]
     shapes = [(bm, bn, default_num_warps(bm, bn, matrix)) for bm, bn in shapes]
+    if not matrix and machine.kind != "cpu" and m > 1:
+        shapes += list(SIMT_WIDE_TILES)
     if promotes and matrix:
         shapes += [(128, bn, 8) for bn in (128, 144, 160)]
     split_options = [s for s in (2, 4, 8, 16, 32) if k // s >= 64] if k >= 256 else []
@@ -417,12 +482,14 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
     c_tile_bytes = tile.block_m * tile.block_n * output_bytes_per_element(dtype)
     shared_s = shared_operand_bytes_per_cta(machine, dtype, tile, warps, k_iters) / machine.shared_bytes_per_s_per_unit
 
+    issue = 1.0 if uses_matrix_pipe(machine, dtype) else simt_issue_factor(machine, dtype, tile)
+
     def main_and_epilogue_s(count: int) -> tuple[float, float]:
         on_busiest = min(per_unit, math.ceil(count / machine.num_units))
         share = machine.issue_share(on_busiest * warps)
         # the busiest SM writes its C tiles at its own bandwidth (a drain adds one L2 latency)
         epilogue = on_busiest * c_tile_bytes / machine.l1_bytes_per_s_per_unit
-        return max(cta_flop / (rate * share), shared_s) * on_busiest, epilogue
+        return max(cta_flop * issue / (rate * share), shared_s) * on_busiest, epilogue
 
     full, rest = divmod(grid, slots)
     main_full, epilogue_full = main_and_epilogue_s(slots)
@@ -537,6 +604,7 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         shared_operand_bytes_per_cta=shared_operand,
         tail_work_fraction=tail_work,
         stream_k_partial_bytes=bm * bn * 4.0 if tile.stream_k else 0.0,
+        issue_factor=1.0 if matrix else simt_issue_factor(machine, dtype, tile),
     )
 
 

@@ -170,6 +170,12 @@ class KernelPlan:
     operand tile run the same loop from the same start without software pipelining, so they request
     each line within one DRAM latency of each other and all but the first wait for the first one's
     miss (a delayed hit). gpusim's own tiled kernels (:mod:`gpusim.cuda_backend.sass`)."""
+    issue_factor: float = 1.0
+    """How much longer a CUDA-core GEMM CTA's math takes than the calibrated rate says, because its
+    warps issue shared loads, copies and address arithmetic besides their FMAs through schedulers
+    that issue one instruction per cycle: the tile's issue cycles per cycle of FMA-pipe work over the
+    same ratio of the library's leanest tile, which the calibration's large GEMMs run
+    (:func:`gpusim.mapping.gemm.simt_issue_factor`; 1: not limited beyond the calibration)."""
     block_reductions_per_cta: int = 0
     """Block-wide reductions a streaming CTA performs between its loads, each a chain of dependent
     warp shuffles and shared-memory exchanges behind barriers that every warp of the CTA waits for
