@@ -137,3 +137,35 @@ def test_large_cuda_core_gemms_run_the_leanest_register_tiles():
     assert set(SIMT_WIDE_TILES) <= offered
     tile = best_gemm(h100, "mm", "matmul", 8192, 8192, 8192, 1, "fp32", 2.0 * 8192**3).tile
     assert tile.block_m * tile.block_n / (32 * tile.num_warps) == 128
+
+
+def test_the_loop_constants_are_the_fit_to_cutlass_s_compiled_loops():
+    """SIMT_LOOP_INSTRUCTIONS and SIMT_COPY_INSTRUCTIONS are the least-squares line through the
+    committed counts of CUTLASS's SIMT main loops (measurements/cutlass_simt/loops.csv), once each
+    tile's FMAs and modelled shared loads are taken off, and every loop is within 14 instructions."""
+    import csv
+    from pathlib import Path
+
+    import numpy as np
+
+    from gpusim.mapping.gemm import SIMT_COPY_INSTRUCTIONS, SIMT_LOOP_INSTRUCTIONS, simt_thread_instructions
+    from gpusim.mapping.plan import Tile
+
+    path = Path(__file__).resolve().parent.parent / "measurements" / "cutlass_simt" / "loops.csv"
+    rows = list(csv.DictReader(path.open()))
+    assert len(rows) == 7
+    copies, rest, total = [], [], []
+    for row in rows:
+        tile = Tile(int(row["block_m"]), int(row["block_n"]), int(row["block_k"]), 3, int(row["warps"]))
+        threads = 32 * tile.num_warps
+        fmas, modelled = simt_thread_instructions(tile, threads)
+        assert fmas == int(row["ffma"])
+        copied = (tile.block_m + tile.block_n) * tile.block_k / threads
+        assert copied == int(row["ldgsts"])  # one 4-byte copy instruction per element
+        shared = modelled - fmas - SIMT_LOOP_INSTRUCTIONS - SIMT_COPY_INSTRUCTIONS * copied
+        copies.append(copied)
+        rest.append(int(row["loop_instructions"]) - fmas - shared)
+        total.append((modelled, int(row["loop_instructions"])))
+    intercept_slope = np.linalg.lstsq(np.column_stack([np.ones(len(copies)), copies]), np.array(rest), rcond=None)[0]
+    assert intercept_slope == pytest.approx([SIMT_LOOP_INSTRUCTIONS, SIMT_COPY_INSTRUCTIONS], abs=0.05)
+    assert all(abs(modelled - counted) <= 14 for modelled, counted in total)

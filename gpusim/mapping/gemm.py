@@ -266,7 +266,8 @@ loads and operand copies: barrier, pipeline waits, stage pointers and the loop's
 :data:`SIMT_COPY_INSTRUCTIONS`, a least-squares fit to the main loops of seven CUTLASS 4.2 SIMT
 SGEMMs (``MmaMultistage``, 3 stages, A row-major and B column-major, as ``nn.Linear`` calls them)
 compiled by ``nvcc`` 13.0 for sm_90 and read with ``nvdisasm``: tiles 32x32 to 128x128 with 8 to 128
-outputs per thread, 138 to 1,224 instructions per loop, each within 13 of the fit."""
+outputs per thread, 138 to 1,224 instructions per loop, each within 14 of the fit
+(``measurements/cutlass_simt/loops.csv``, from ``count_loops.py`` there)."""
 
 SIMT_COPY_INSTRUCTIONS = 6.9
 """Warp instructions per operand element a CUDA-core GEMM thread copies from global to shared memory
