@@ -317,6 +317,7 @@ def simt_issue_factor(machine: Machine, dtype: str, tile: Tile) -> float:
     leanest = min(_simt_issue_ratio(machine, dtype, Tile(bm, bn, 8, 2, warps)) for bm, bn, warps in SIMT_WIDE_TILES)
     return max(1.0, _simt_issue_ratio(machine, dtype, tile) / leanest)
 
+
 SIMT_GEMV_TILES = ((1, 32), (1, 64), (1, 128))
 """One-row output tiles of a CUDA-core GEMV (cuBLAS ``gemv2T_kernel``, what a batch-1 FP32 linear layer
 launches): each CTA reduces a slice of the weight's columns over K without padding M."""
