@@ -253,3 +253,21 @@ def test_c07_latency_bound_code(tmp_path):
         assert r["compiled_l2_latency_s"] < r["compiled_s"]  # the delayed hits cost time
     assert max(out["gain_at_most_loads"]) < 16  # far from 16x: the instructions bind
     assert out["verdict"].startswith("confirmed")
+
+
+def test_c06_register_tiles(tmp_path):
+    """Small register tiles cost issue slots on an H100 (32 FP32 lanes per scheduler), not on an A100
+    (16), and NeuSight's held-out H100 rows that name cuBLAS's tile agree within 10% at every size."""
+    out = run_example("c06_register_tiles", tmp_path)
+    h100 = [r for r in out["rows"] if r["gpu"] == "h100_sxm5_80gb"]
+    a100 = [r for r in out["rows"] if r["gpu"] == "a100_sxm4_80gb"]
+    assert len(h100) == len(a100) == 6
+    # fewer outputs per thread, more issue slots per FMA on the H100; none on the A100
+    factors = [r["issue_factor"] for r in sorted(h100, key=lambda r: -r["outputs_per_thread"])]
+    assert factors == sorted(factors) and factors[-1] > 1.3
+    assert all(r["issue_factor"] == 1.0 for r in a100)
+    # the A100 keeps within its wave quantization (108 SMs), the H100 loses its issue slots
+    assert out["loss"]["h100_sxm5_80gb"] > 1.3 and out["loss"]["a100_sxm4_80gb"] < 1.1
+    assert set(out["held_out"]) == {16, 32, 64, 128}
+    assert all(abs(median) < 0.10 for _, median in out["held_out"].values())
+    assert out["verdict"].startswith("confirmed")
