@@ -122,6 +122,7 @@ def test_small_register_tiles_lose_issue_slots_only_where_the_fmas_need_every_on
     plan = best_gemm(h100, "mm", "matmul", 1024, 1024, 1024, 1, "fp32", 2.0 * 1024**3)
     assert plan.issue_factor == pytest.approx(simt_issue_factor(h100, "fp32", plan.tile))
     assert best_gemm(h100, "mm", "matmul", 1024, 1024, 1024, 1, "bf16", 2.0 * 1024**3).issue_factor == 1.0
+    assert plan.describe()["issue_factor"] == plan.issue_factor > 1.0  # in run --json's kernel records
     from dataclasses import replace
     slow = simulate_kernel(replace(plan, issue_factor=2.0 * plan.issue_factor), h100).time_s
     assert slow > 1.5 * simulate_kernel(plan, h100).time_s

@@ -238,6 +238,8 @@ class KernelPlan:
             out["llc_hit_bytes_per_launch"] = self.llc_bytes
         if self.warp_mma:
             out["warp_mma"] = True
+        if self.issue_factor != 1.0:
+            out["issue_factor"] = self.issue_factor
         if self.tile is not None:
             out["tile"] = {
                 "block_m": self.tile.block_m, "block_n": self.tile.block_n, "block_k": self.tile.block_k,
