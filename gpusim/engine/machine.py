@@ -220,12 +220,16 @@ class Machine:
             return None
         return rate * self.matrix_clock_hz * self.calibration.tensor_efficiency_fraction
 
-    def vector_rate_per_unit(self, dtype: str) -> float | None:
+    def vector_flop_per_cycle_of(self, dtype: str) -> float | None:
+        """Vector-pipe FLOP per cycle of one unit for ``dtype``: its own rate, else (16-bit, TF32 and
+        8-bit and narrower types the description gives no rate for) the FP32 lanes'."""
         rate = self.vector_flop_per_cycle.get(dtype)
-        if rate is None and dtype in ("fp16", "bf16", "tf32"):
+        if rate is None and dtype in ("fp16", "bf16", "tf32", "fp8", "int8", "fp4"):
             rate = self.vector_flop_per_cycle.get("fp32")  # computed in FP32 lanes
-        if rate is None and dtype in ("fp8", "int8", "fp4"):
-            rate = self.vector_flop_per_cycle.get("fp32")
+        return rate
+
+    def vector_rate_per_unit(self, dtype: str) -> float | None:
+        rate = self.vector_flop_per_cycle_of(dtype)
         if rate is None:
             return None
         return rate * self.unit_clock_hz * self.calibration.vector_efficiency_fraction
@@ -239,7 +243,12 @@ class Machine:
         """FLOP/s per SM of a CUDA-core (SIMT) GEMM: 16-bit inputs are multiplied and accumulated in
         FP32 (the compute type cuBLAS runs PyTorch's half and bfloat16 GEMMs with), so they run at the
         FP32 rate even where packed FP16 math is twice as fast (P100) or 64 times slower (GP104)."""
-        return self.vector_rate_per_unit("fp32" if dtype in ("fp16", "bf16") else dtype)
+        return self.vector_rate_per_unit(self.simt_gemm_dtype(dtype))
+
+    @staticmethod
+    def simt_gemm_dtype(dtype: str) -> str:
+        """The type a CUDA-core GEMM of ``dtype`` computes in (see :meth:`simt_gemm_rate_per_unit`)."""
+        return "fp32" if dtype in ("fp16", "bf16") else dtype
 
     @property
     def dram_achievable_bytes_per_s(self) -> float:

@@ -295,9 +295,8 @@ def _simt_issue_ratio(machine: Machine, dtype: str, tile: Tile) -> float:
     cycles per FMA (1 on 128-lane SMs, where every other instruction costs an FMA's slot; 2 on 64-lane
     ones, which issue the rest between their FMAs). A scheduler with two dispatch units (Pascal)
     pairs each FMA with another instruction: its FMAs alone set the pace while the rest are fewer."""
-    rate = machine.simt_gemm_rate_per_unit(dtype)
-    flop_per_cycle = machine.vector_flop_per_cycle.get("fp32" if dtype in ("fp16", "bf16", "tf32") else dtype)
-    if not rate or not flop_per_cycle:
+    flop_per_cycle = machine.vector_flop_per_cycle_of(machine.simt_gemm_dtype(dtype))
+    if not flop_per_cycle:
         return 1.0
     lanes_per_scheduler = flop_per_cycle / 2.0 / machine.num_schedulers_per_unit
     fmas, instructions = simt_thread_instructions(tile, tile.num_warps * machine.warp_size)
@@ -311,8 +310,8 @@ def simt_issue_factor(machine: Machine, dtype: str, tile: Tile) -> float:
     fitted to: 1 on SMs whose schedulers have issue slots to spare between FMAs, above 1 for small
     register tiles on SMs with 32 FP32 lanes per scheduler (Ampere GA10x, Ada, Hopper, Blackwell),
     where the counts give 128 outputs per thread 1.16-1.19 issue cycles per FMA cycle, 64 outputs
-    1.23-1.30 and 32 outputs 1.46. CPUs: 1."""
-    if machine.kind == "cpu":
+    1.23-1.30 and 32 outputs 1.46. CPUs and dtypes the tensor cores take: 1."""
+    if machine.kind == "cpu" or uses_matrix_pipe(machine, dtype):
         return 1.0
     leanest = min(_simt_issue_ratio(machine, dtype, Tile(bm, bn, 8, 2, warps)) for bm, bn, warps in SIMT_WIDE_TILES)
     return max(1.0, _simt_issue_ratio(machine, dtype, tile) / leanest)
@@ -484,7 +483,7 @@ def gemm_lower_bound_s(machine: Machine, m: int, n: int, k: int, batch: int, dty
     c_tile_bytes = tile.block_m * tile.block_n * output_bytes_per_element(dtype)
     shared_s = shared_operand_bytes_per_cta(machine, dtype, tile, warps, k_iters) / machine.shared_bytes_per_s_per_unit
 
-    issue = 1.0 if uses_matrix_pipe(machine, dtype) else simt_issue_factor(machine, dtype, tile)
+    issue = simt_issue_factor(machine, dtype, tile)
 
     def main_and_epilogue_s(count: int) -> tuple[float, float]:
         on_busiest = min(per_unit, math.ceil(count / machine.num_units))
@@ -606,7 +605,7 @@ def gemm_plan(machine: Machine, name: str, op_kind: str, m: int, n: int, k: int,
         shared_operand_bytes_per_cta=shared_operand,
         tail_work_fraction=tail_work,
         stream_k_partial_bytes=bm * bn * 4.0 if tile.stream_k else 0.0,
-        issue_factor=1.0 if matrix else simt_issue_factor(machine, dtype, tile),
+        issue_factor=simt_issue_factor(machine, dtype, tile),
     )
 
 
